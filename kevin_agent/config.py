@@ -1,0 +1,169 @@
+"""Run configuration: CLI flags > ``KEVIN_*`` environment > ``[tool.kevin]`` in the
+person's pyproject.toml > the defaults below. Defaults live here and nowhere else."""
+
+from __future__ import annotations
+
+import contextvars
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from .errors import ConfigError
+
+DEFAULT_MODEL = "cognition-ai/Kevin-32B"
+
+_pyproject: contextvars.ContextVar[Path | None] = contextvars.ContextVar("kevin_pyproject", default=None)
+
+
+class RunConfig(BaseSettings):
+    """Everything that shapes one run. Each field is documented for `--help` and the README."""
+
+    model_config = SettingsConfigDict(env_prefix="KEVIN_", extra="forbid", validate_default=True)
+
+    # --- the loop -------------------------------------------------------------------------
+    turns: int = Field(8, ge=1, le=64)
+    """Serial refinement turns per trajectory (the paper evaluated 8)."""
+    trajectories: int = Field(1, ge=1, le=64)
+    """Independent trajectories refined in parallel; one turn of all of them is one batch."""
+    target_speedup: float | None = Field(None, gt=0)
+    """Stop early once a verified kernel reaches this speedup."""
+    min_speedup: float = Field(1.0, ge=0)
+    """A verified kernel must reach this speedup for the run to succeed (exit 0) and commit."""
+
+    # --- the model ------------------------------------------------------------------------
+    backend: Literal["vllm", "openai", "scripted"] = "vllm"
+    """Where responses come from: vLLM in-process, an OpenAI-compatible server, or a JSONL script."""
+    model: str = DEFAULT_MODEL
+    """Model name (Hugging Face id for vLLM, served name for openai)."""
+    base_url: str | None = None
+    """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."""
+    api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("api_key", "KEVIN_API_KEY", "OPENAI_API_KEY")
+    )
+    """API key for the openai backend (KEVIN_API_KEY or OPENAI_API_KEY)."""
+    responses: Path | None = None
+    """JSONL of responses for the scripted backend, one {"text": ...} per line."""
+    temperature: float = Field(0.9, ge=0)
+    """Sampling temperature (Kevin was trained and evaluated at 0.9)."""
+    max_tokens: int = Field(16384, ge=16)
+    """Longest response, reasoning included."""
+    context_tokens: int = Field(32768, ge=1024)
+    """Model context length; the earliest attempts are dropped from the prompt to fit."""
+    request_timeout_s: float = Field(900.0, gt=0)
+    """Timeout for one request to an OpenAI-compatible server."""
+    retries: int = Field(4, ge=0)
+    """Retries (with backoff) on connection errors, 429 and 5xx."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vLLM: GPUs to shard the model over."""
+    gpu_memory_utilization: float = Field(0.80, gt=0, lt=1)
+    """vLLM: share of GPU memory for the model; the rest is left for kernel evaluation."""
+
+    # --- evaluation -----------------------------------------------------------------------
+    device: Literal["cuda", "cpu"] | None = None
+    """Where kernels run: cuda when a GPU is present, else cpu."""
+    correctness_trials: int = Field(5, ge=1)
+    """Correctness trials, each with a fresh seed; input distributions alternate."""
+    atol: float | None = Field(None, ge=0)
+    """Absolute tolerance; default per dtype (see docs)."""
+    rtol: float | None = Field(None, ge=0)
+    """Relative tolerance; default per dtype (see docs)."""
+    warmup_runs: int | None = Field(None, ge=0)
+    """Untimed runs before timing (default 10 on cuda, 3 on cpu)."""
+    timed_runs: int | None = Field(None, ge=1)
+    """Timed runs; the median is reported (default 100 on cuda, 20 on cpu)."""
+    compare_compile: bool | None = None
+    """Also time torch.compile of the reference (default on for cuda, off for cpu)."""
+    compile_timeout_s: float = Field(600.0, gt=0)
+    """Wall-clock limit for building one candidate."""
+    run_timeout_s: float = Field(300.0, gt=0)
+    """Wall-clock limit for checking and timing one candidate."""
+    parallel_compiles: int = Field(4, ge=1)
+    """Candidates of one turn compiled at once."""
+
+    # --- output ---------------------------------------------------------------------------
+    class_name: str = "Model"
+    """The reference class in the task file."""
+    run_dir: Path | None = None
+    """Where runs are stored (default .kevin/runs in the git repository, else the cwd)."""
+    commit: bool = True
+    """Commit the best verified kernel and its report (--no-commit turns it off)."""
+    branch: str | None = None
+    """Commit on this new branch instead of the current one."""
+    out: Path | None = None
+    """Path of the kernel module (default <task stem>_kevin.py next to the task)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _PyprojectSource(settings_cls))
+
+    def resolved_device_defaults(self) -> dict[str, Any]:
+        """Defaults that depend on the device, filled in once the device is known."""
+        cuda = self.device == "cuda"
+        return {
+            "warmup_runs": self.warmup_runs if self.warmup_runs is not None else (10 if cuda else 3),
+            "timed_runs": self.timed_runs if self.timed_runs is not None else (100 if cuda else 20),
+            "compare_compile": self.compare_compile if self.compare_compile is not None else cuda,
+        }
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config as recorded in run.json: no secrets."""
+        data = self.model_dump(mode="json", exclude={"api_key"})
+        data["api_key_set"] = self.api_key is not None
+        return data
+
+
+class _PyprojectSource(PydanticBaseSettingsSource):
+    """``[tool.kevin]`` of the person's pyproject.toml (found from the task's folder up)."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused by __call__
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = _pyproject.get()
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read [tool.kevin] ({exc})", "fix the TOML syntax") from None
+        section = data.get("tool", {}).get("kevin", {})
+        return {k.replace("-", "_"): v for k, v in section.items()}
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+        if (folder / ".git").exists():
+            break
+    return None
+
+
+def load_config(overrides: dict[str, Any], *, project_dir: Path | None = None) -> RunConfig:
+    """Build the config; ``overrides`` are the CLI flags that were given (None means unset)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    token = _pyproject.set(find_pyproject(project_dir) if project_dir else None)
+    try:
+        return RunConfig(**given)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid configuration: {problems}",
+            "check the flags, KEVIN_* environment variables and [tool.kevin] in pyproject.toml",
+        ) from None
+    finally:
+        _pyproject.reset(token)

@@ -1,0 +1,56 @@
+"""User-facing errors: one base class with a message and a hint.
+
+The CLI maps these to exit codes and the TUI to notifications. Anything that is not a
+``KevinError`` is a bug and propagates with its traceback.
+"""
+
+from __future__ import annotations
+
+
+class KevinError(Exception):
+    """An error the person can act on: what went wrong, and what to do about it."""
+
+    #: Exit code for the headless contract: 2 bad input or usage, 3 environment cannot run it.
+    exit_code: int = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class UsageError(KevinError):
+    """Bad flags or arguments."""
+
+
+class TaskError(KevinError):
+    """The task file cannot be loaded or its inputs cannot be built."""
+
+
+class ConfigError(KevinError):
+    """Invalid configuration (flags, KEVIN_* environment, [tool.kevin])."""
+
+
+class RunNotFound(KevinError):
+    """A run id that is not in the run store."""
+
+
+class EnvironmentUnavailable(KevinError):
+    """The environment cannot run this (no GPU, no compiler, backend not installed)."""
+
+    exit_code = 3
+
+
+class BackendError(KevinError):
+    """The model backend failed: server unreachable, wrong model, script exhausted."""
+
+    exit_code = 3
+
+
+class GitError(KevinError):
+    """The commit could not be made; the files are written but nothing was committed."""
+
+    exit_code = 1

@@ -1,0 +1,93 @@
+"""Events the engine emits while it runs.
+
+The CLI prints them as progress lines, the TUI turns them into Textual messages, plugins
+may listen. They are plain pydantic models with a ``kind`` tag so they serialise to JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import BaseModel
+
+from .results import BestKernel, Stage, TurnRecord
+
+
+class RunStarted(BaseModel):
+    kind: Literal["run_started"] = "run_started"
+    run_id: str
+    run_dir: str
+    task: str
+    device: str
+    device_name: str
+    backend: str
+    model: str
+    turns: int
+    trajectories: int
+    resumed_turns: int = 0
+    """Turns already on disk when a resumed run starts."""
+
+
+class TurnStarted(BaseModel):
+    """Generation for one turn of one trajectory begins."""
+
+    kind: Literal["turn_started"] = "turn_started"
+    trajectory: int
+    turn: int
+    prompt_tokens: int | None = None
+    dropped_attempts: int = 0
+
+
+class TokenDelta(BaseModel):
+    """Streamed model output. High rate: sinks should coalesce."""
+
+    kind: Literal["token"] = "token"
+    trajectory: int
+    turn: int
+    channel: Literal["reasoning", "text"]
+    text: str
+
+
+class GenerationFinished(BaseModel):
+    kind: Literal["generation_finished"] = "generation_finished"
+    trajectory: int
+    turn: int
+    completion_tokens: int | None = None
+    seconds: float
+    cancelled: bool = False
+
+
+class EvalStage(BaseModel):
+    """The evaluator entered a stage for a candidate."""
+
+    kind: Literal["eval_stage"] = "eval_stage"
+    trajectory: int
+    turn: int
+    stage: Stage
+
+
+class TurnFinished(BaseModel):
+    kind: Literal["turn_finished"] = "turn_finished"
+    record: TurnRecord
+    best: BestKernel | None
+    """Best verified kernel so far, across trajectories."""
+
+
+class Notice(BaseModel):
+    kind: Literal["notice"] = "notice"
+    level: Literal["info", "warning", "error"] = "info"
+    message: str
+
+
+class RunFinished(BaseModel):
+    kind: Literal["run_finished"] = "run_finished"
+    run_id: str
+    reason: Literal["completed", "target_reached", "stopped", "interrupted", "failed"]
+    best: BestKernel | None
+    turns_done: int
+
+
+Event = Union[
+    RunStarted, TurnStarted, TokenDelta, GenerationFinished, EvalStage, TurnFinished, Notice,
+    RunFinished,
+]

@@ -1,0 +1,81 @@
+"""The interfaces the engine is built from. Parts are injected, never subclassed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from .events import Event
+from .results import EvalResult, Stage
+
+#: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
+TokenCallback = Callable[[int, Literal["reasoning", "text"], str], None]
+
+
+class Generation(BaseModel):
+    """What a backend returns for one prompt."""
+
+    text: str
+    """The answer (for reasoning models that return thinking inline, the whole output)."""
+    reasoning: str = ""
+    """Thinking returned separately from the answer, when the server splits it out."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    cancelled: bool = False
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A source of model responses."""
+
+    name: str
+    model: str
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
+        """Answer every prompt; all prompts of one turn come in one call so they can batch.
+
+        When ``cancel`` is set mid-way, return what was generated so far with
+        ``cancelled=True``. Raises ``BackendError`` for failures the person must fix.
+        """
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` takes in the model's context (an estimate is fine)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+#: Called with (index of the candidate in the batch, stage) as evaluation moves on.
+StageCallback = Callable[[int, Stage], None]
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """Compiles, verifies and times candidates for one task, outside the tool's process."""
+
+    device: str
+    device_name: str
+
+    def evaluate(
+        self, sources: Sequence[str], *, on_stage: StageCallback | None = None
+    ) -> list[EvalResult]:
+        """One result per source, in order; never raises for a bad candidate."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None: ...

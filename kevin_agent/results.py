@@ -1,0 +1,178 @@
+"""Result records: one pydantic object per check, evaluation and turn, never ``None``.
+
+These are what the store appends to ``turns.jsonl``, what events carry to the TUI and
+what reports read. Field names are part of the on-disk format: add, don't rename.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, Enum):
+    """Outcome of one turn, in the order a candidate can fail."""
+
+    PARSE_ERROR = "parse_error"
+    CHECK_FAILED = "check_failed"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    INCORRECT = "incorrect"
+    CORRECT = "correct"
+    TIMEOUT = "timeout"
+
+
+class Stage(str, Enum):
+    """How far an evaluation got."""
+
+    PARSE = "parse"
+    CHECK = "check"
+    COMPILE = "compile"
+    LOAD = "load"
+    CORRECTNESS = "correctness"
+    TIMING = "timing"
+    DONE = "done"
+
+
+class Violation(BaseModel):
+    """One static-check rule broken by a candidate."""
+
+    rule: str
+    """Stable rule name, e.g. ``no-try-except``."""
+    message: str
+    """What was found and why it is not allowed."""
+    line: int | None = None
+
+
+class CheckResult(BaseModel):
+    """Static (AST) checks of a candidate source."""
+
+    passed: bool
+    violations: list[Violation] = Field(default_factory=list)
+
+    def summary(self) -> str:
+        return "; ".join(
+            f"[{v.rule}] {v.message}" + (f" (line {v.line})" if v.line else "")
+            for v in self.violations
+        )
+
+
+class TimingStats(BaseModel):
+    """Wall time of one callable over many runs, in milliseconds."""
+
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+
+
+class EvalResult(BaseModel):
+    """Everything one evaluation of one candidate found out."""
+
+    status: Status
+    stage: Stage
+    """The last stage entered; for failures, the stage that failed."""
+    correct: bool = False
+    error: str = ""
+    """Error text for the person and for the model's feedback ('' when correct)."""
+    compile_log: str = ""
+    compile_s: float | None = None
+    cached_build: bool = False
+    trials: int = 0
+    trials_passed: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    runtime: TimingStats | None = None
+    reference: TimingStats | None = None
+    compiled_reference: TimingStats | None = None
+    """``torch.compile`` of the reference, timed the same way (None when skipped)."""
+    speedup: float | None = None
+    """Eager reference time / candidate time (medians)."""
+    speedup_vs_compile: float | None = None
+    flags: list[str] = Field(default_factory=list)
+    """Warnings about the result, e.g. a physically implausible speedup."""
+    device: str = "cpu"
+    device_name: str = ""
+    wall_s: float | None = None
+
+
+class TurnRecord(BaseModel):
+    """One turn of one trajectory: a line of ``turns.jsonl``."""
+
+    trajectory: int
+    turn: int
+    """1-based turn number within the trajectory."""
+    status: Status
+    feedback: str
+    """The one sentence that goes back to the model next turn."""
+    prompt: str = ""
+    response: str = ""
+    reasoning: str = ""
+    summary: str = ""
+    code: str = ""
+    kernel_path: str | None = None
+    """Path of the candidate source, relative to the run directory."""
+    parse_error: str | None = None
+    check: CheckResult | None = None
+    eval: EvalResult | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    dropped_attempts: int = 0
+    """Earlier attempts left out of the prompt to fit the context budget."""
+    generate_s: float | None = None
+    eval_s: float | None = None
+    started_at: str = ""
+    finished_at: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.eval.speedup if self.eval is not None and self.eval.correct else None
+
+    @property
+    def correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+
+class BestKernel(BaseModel):
+    trajectory: int
+    turn: int
+    speedup: float
+    kernel_path: str
+    """Absolute path of the kernel source in the run directory."""
+
+
+class TaskRef(BaseModel):
+    path: str
+    name: str
+    class_name: str
+    digest: str
+
+
+class RunInfo(BaseModel):
+    """``run.json``: what a run was, rewritten as its state changes."""
+
+    run_id: str
+    created_at: str
+    updated_at: str = ""
+    status: str = "running"
+    """running | completed | target_reached | stopped | interrupted | failed"""
+    task: TaskRef
+    device: str
+    device_name: str = ""
+    backend: str
+    model: str
+    turns: int
+    trajectories: int
+    config: dict = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    """python, torch, cuda, driver, kevin-opt, compiler."""
+    best: BestKernel | None = None
+    commit: str | None = None
+    """Sha of the commit the tool made for this run, if any."""
