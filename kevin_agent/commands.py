@@ -1,0 +1,271 @@
+"""What each ``kevin-opt`` subcommand does; ``cli.py`` only parses."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cli import EXIT_INTERRUPTED, EXIT_NONE, EXIT_OK, interactive, write_json
+from .config import RunConfig, load_config
+from .errors import KevinError, UsageError
+from .progress import ProgressPrinter, fmt_speedup, turn_line
+from .registry import Registry
+from .results import TurnRecord
+from .store import RunStore, default_runs_root, list_runs
+
+CONFIG_FLAGS = (
+    "turns", "trajectories", "target_speedup", "min_speedup", "backend", "model", "responses", "temperature",
+    "max_tokens", "context_tokens", "tensor_parallel_size", "gpu_memory_utilization", "base_url", "device",
+    "class_name", "atol", "rtol", "correctness_trials", "timed_runs", "branch", "out", "run_dir",
+)
+
+
+def config_overrides(args) -> dict[str, Any]:
+    given = {name: getattr(args, name, None) for name in CONFIG_FLAGS}
+    if getattr(args, "no_commit", False):
+        given["commit"] = False
+    return given
+
+
+def dispatch(args, registry: Registry) -> int:
+    if args.command == "run":
+        return cmd_run(args, registry)
+    if args.command == "resume":
+        return cmd_run(args, registry, resume=True)
+    if args.command == "check":
+        return cmd_check(args, registry)
+    if args.command == "history":
+        return cmd_history(args)
+    if args.command == "show":
+        return cmd_show(args)
+    raise UsageError(f"unknown command {args.command!r}")
+
+
+# --- run / resume ------------------------------------------------------------------------------
+def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
+    from .session import resume_run, start_run
+
+    if not resume:
+        config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
+        if interactive(args):
+            from .tui import run_tui
+
+            return run_tui(config, args.file)
+    printer = ProgressPrinter()
+    if resume:
+        engine = resume_run(args.run_id, printer, runs_root=args.run_dir, overrides=config_overrides(args),
+                            registry=registry)
+    else:
+        engine = start_run(config, args.file, printer, registry=registry)
+    try:
+        outcome = engine.run()
+    except KeyboardInterrupt:
+        print(f"kevin-opt: interrupted; finished turns are saved. Continue with: kevin-opt resume "
+              f"{engine.store.info.run_id}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        engine.evaluator.close()
+        engine.backend.close()
+    return finish_run(engine, outcome, args, registry)
+
+
+def finish_run(engine, outcome, args, registry: Registry) -> int:
+    """Deliver the best kernel, write the summaries, pick the exit code."""
+    from .delivery import deliver
+    from .gitops import find_repo
+
+    config: RunConfig = engine.config
+    records = outcome.records
+    info = engine.store.info
+    best = engine.best()
+    summary = run_summary(engine, records)
+    delivery = deliver(engine.task, info, records, config)
+    for note in delivery.notes:
+        print(f"kevin-opt: {note}", file=sys.stderr)
+    if delivery.commit:
+        engine.store.update_info(commit=delivery.commit)
+    summary["commit"] = delivery.commit
+    summary["kernel_module"] = str(delivery.kernel_path) if delivery.kernel_path else None
+    summary["report"] = delivery.report.model_dump(mode="json") if delivery.report else None
+    # Outside a git repository there is nothing to commit into: writing the files is the whole job.
+    repo = find_repo(engine.task.path.parent)
+    in_repo = repo is not None
+    if repo is not None:
+        repo.close()
+    done = delivery.committed or not config.commit or not in_repo
+    code = EXIT_OK if delivery.kernel_path is not None and done else EXIT_NONE
+    for name, reporter in registry.reporters.items():
+        path = getattr(args, f"reporter_{name}", None)
+        if path is not None:
+            reporter.write(path, info, records, best)
+            print(f"kevin-opt: wrote {path}", file=sys.stderr)
+    summary["exit_code"] = code
+    summary["reason"] = outcome.reason
+    if args.json_path:
+        write_json(args.json_path, summary)
+    return code
+
+
+def run_summary(engine, records: list[TurnRecord]) -> dict[str, Any]:
+    info = engine.store.info
+    best = engine.best()
+    return {
+        "run_id": info.run_id,
+        "task": info.task.path,
+        "device": info.device,
+        "device_name": info.device_name,
+        "backend": info.backend,
+        "model": info.model,
+        "run_dir": str(engine.store.dir),
+        "turns": [
+            {
+                "trajectory": r.trajectory,
+                "turn": r.turn,
+                "status": r.status.value,
+                "speedup": r.speedup,
+                "runtime_ms": r.eval.runtime.median_ms if r.eval and r.eval.runtime else None,
+                "reference_ms": r.eval.reference.median_ms if r.eval and r.eval.reference else None,
+                "feedback": r.feedback,
+            }
+            for r in sorted(records, key=lambda r: (r.turn, r.trajectory))
+        ],
+        "best": None if best is None else {
+            "trajectory": best.trajectory,
+            "turn": best.turn,
+            "speedup": best.speedup,
+            "speedup_vs_compile": best.eval.speedup_vs_compile if best.eval else None,
+            "kernel_path": str(engine.store.dir / best.kernel_path) if best.kernel_path else None,
+        },
+        "commit": None,
+    }
+
+
+# --- check -------------------------------------------------------------------------------------
+def read_candidate(path: Path) -> str:
+    """A candidate is a .py file, or a saved model response holding a code block."""
+    from .parsing import parse_response
+
+    if not path.is_file():
+        raise UsageError(f"{path}: no such candidate file", "pass a Python file that defines ModelNew")
+    text = path.read_text(encoding="utf-8")
+    try:
+        ast.parse(text)
+        return text
+    except SyntaxError:
+        parsed = parse_response(text)
+        # Not Python: a saved response with a code block, or broken code for the checks to report.
+        return parsed.code or text
+
+
+def cmd_check(args, registry: Registry) -> int:
+    from .results import Status
+    from .session import make_checker, make_evaluator, resolve_device
+    from .task import load_task
+
+    config = load_config(config_overrides(args))
+    task = load_task(args.reference, config.class_name)
+    source = read_candidate(args.candidate)
+    device = resolve_device(config)
+    config = config.model_copy(update={"device": device})
+    check = make_checker(registry)(source, device)
+    result = None
+    if check.passed:
+        evaluator = make_evaluator(registry, task, config, device)
+        try:
+            task.probe = evaluator.probe()
+            result = evaluator.evaluate([source])[0]
+        finally:
+            evaluator.close()
+    status = result.status if result else Status.CHECK_FAILED
+    reasons = [f"{v.rule}: {v.message}" for v in check.violations]
+    if result is not None:
+        if result.error:
+            reasons.append(result.error)
+        reasons.extend(result.flags)
+    out = {
+        "status": status.value,
+        "correct": bool(result and result.correct),
+        "speedup": result.speedup if result else None,
+        "speedup_vs_compile": result.speedup_vs_compile if result else None,
+        "runtime_ms": result.runtime.median_ms if result and result.runtime else None,
+        "reference_ms": result.reference.median_ms if result and result.reference else None,
+        "max_abs_err": result.max_abs_err if result else None,
+        "max_rel_err": result.max_rel_err if result else None,
+        "reasons": reasons,
+    }
+    line = f"{status.value}"
+    if out["correct"]:
+        line += f": {fmt_speedup(out['speedup'])} ({out['runtime_ms']:.3f} ms vs {out['reference_ms']:.3f} ms eager)"
+    print(line)
+    for reason in reasons:
+        print(f"  {reason.strip()}")
+    if args.json_path:
+        write_json(args.json_path, out)
+    return EXIT_OK if out["correct"] else EXIT_NONE
+
+
+# --- history / show ------------------------------------------------------------------------------
+def cmd_history(args) -> int:
+    root = args.run_dir or default_runs_root()
+    if interactive(args) and not args.plain and not args.json_out:
+        from .tui import history_tui
+
+        return history_tui(root)
+    runs = list_runs(root)
+    if args.json_out:
+        import json
+
+        print(json.dumps([
+            {"run_id": i.run_id, "task": i.task.name, "created_at": i.created_at, "status": i.status,
+             "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None, "commit": i.commit}
+            for i, r in runs
+        ], indent=2))
+        return EXIT_OK
+    if not runs:
+        print(f"no runs in {root}")
+        return EXIT_OK
+    print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':>7}")
+    for info, records in runs:
+        total = info.turns * info.trajectories
+        print(f"{info.run_id:<40} {info.task.name[:16]:<16} {info.created_at[:19]:<20} {info.status:<14} "
+              f"{len(records):>3}/{total:<3} {fmt_speedup(info.best.speedup if info.best else None):>7}")
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    root = args.run_dir or default_runs_root()
+    store = RunStore.open(root, args.run_id)
+    info, records = store.info, store.records()
+    if args.turn is None:
+        print(f"run {info.run_id}  {info.status}")
+        print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
+        print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns")
+        for rec in sorted(records, key=lambda r: (r.trajectory, r.turn)):
+            print(f"  [t{rec.trajectory} turn {rec.turn}] {turn_line(rec)}")
+        if info.best:
+            print(f"best {fmt_speedup(info.best.speedup)} at trajectory {info.best.trajectory}, turn {info.best.turn}")
+        if info.commit:
+            print(f"commit {info.commit}")
+        return EXIT_OK
+    rec = store.record(args.trajectory, args.turn)
+    if rec is None:
+        have = ", ".join(f"t{r.trajectory}/{r.turn}" for r in records) or "none"
+        raise UsageError(f"run {info.run_id} has no turn {args.turn} in trajectory {args.trajectory}",
+                         f"finished turns: {have}")
+    print(f"run {info.run_id}  trajectory {rec.trajectory}  turn {rec.turn}  status {rec.status.value}")
+    if rec.speedup is not None:
+        print(f"speedup {fmt_speedup(rec.speedup)}")
+    print("\n## summary\n" + (rec.summary.strip() or "(none)"))
+    print("\n## feedback\n" + rec.feedback.strip())
+    if rec.check and not rec.check.passed:
+        print("\n## static checks\n" + "\n".join(f"- {v.rule}: {v.message}" for v in rec.check.violations))
+    if rec.eval and rec.eval.compile_log.strip() and rec.status.value == "compile_error":
+        print("\n## compile log\n" + rec.eval.compile_log.strip()[-4000:])
+    print("\n## kernel\n" + (rec.code.strip() or "(no code)"))
+    if args.prompt:
+        print("\n## prompt\n" + rec.prompt)
+    if args.response:
+        print("\n## response\n" + rec.response)
+    return EXIT_OK

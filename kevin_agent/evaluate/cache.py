@@ -1,0 +1,101 @@
+"""The build cache: one folder per candidate source and toolchain.
+
+The key is the sha256 of the source, the torch version, the compiler version(s), the device
+and (on cuda) the target architectures, so the same candidate compiles once per toolchain and
+a toolchain upgrade rebuilds. A folder is a cache hit once a successful build left its marker.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import time
+from functools import lru_cache
+from pathlib import Path
+
+MARKER = "kevin-build.json"
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    return lines[0] if cmd[-1] != "--version" or "nvcc" not in cmd[0] else (lines[-1] if lines else "")
+
+
+def torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+@lru_cache(maxsize=1)
+def torch_cuda_version() -> str | None:
+    """``torch.version.cuda`` read from the installed file, without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "version.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
+            return node.value.value
+    return None
+
+
+def cuda_home() -> str | None:
+    for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if candidate and Path(candidate, "bin", "nvcc").exists():
+            return candidate
+    nvcc = shutil.which("nvcc")
+    return str(Path(nvcc).resolve().parent.parent) if nvcc else None
+
+
+@lru_cache(maxsize=4)
+def toolchain(device: str) -> dict[str, str]:
+    """Versions that decide whether a build can be reused (and that run.json records)."""
+    cxx = os.environ.get("CXX", "c++")
+    out = {"torch": torch_version(), "compiler": _first_line([cxx, "--version"])}
+    if device == "cuda":
+        home = cuda_home()
+        if home:
+            out["nvcc"] = _first_line([str(Path(home, "bin", "nvcc")), "--version"])
+        smi = _first_line(["nvidia-smi", "--query-gpu=driver_version,compute_cap", "--format=csv,noheader"])
+        if smi:
+            driver, _, cap = smi.partition(",")
+            out["driver"] = driver.strip()
+            out["arch"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or cap.strip()
+    return out
+
+
+def build_key(source: str, device: str) -> str:
+    h = hashlib.sha256(source.encode())
+    h.update(json.dumps({"device": device, **toolchain(device)}, sort_keys=True).encode())
+    return h.hexdigest()[:24]
+
+
+def is_built(folder: Path) -> bool:
+    return (folder / MARKER).is_file()
+
+
+def mark_built(folder: Path, compile_s: float) -> None:
+    (folder / MARKER).write_text(json.dumps({"compile_s": compile_s, "built_at": time.time()}))
+
+
+def clear_locks(folder: Path) -> None:
+    """Remove the build locks a killed compiler left behind; the next build would wait forever."""
+    for lock in folder.rglob("lock"):
+        lock.unlink(missing_ok=True)

@@ -1,0 +1,35 @@
+"""Plugin hooks. A plugin is a module with functions marked ``@hookimpl``.
+
+Each hook gets a ``register`` callback; the built-ins are registered through the very same
+hooks (``kevin_agent.builtins``), so a plugin can do anything a built-in does.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "kevin_opt"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def register_backends(register):
+    """``register(name, factory)``; ``factory(config: RunConfig, *, skip: int) -> Backend``."""
+
+
+@hookspec
+def register_devices(register):
+    """``register(name, factory)``; ``factory(task: Task, settings: EvalSettings) -> Evaluator``."""
+
+
+@hookspec
+def register_checks(register):
+    """``register(rule, description, check)``; ``check(tree: ast.Module, source: str, device: str)``
+    returns a list of ``Violation``. Every registered check runs on every candidate."""
+
+
+@hookspec
+def register_reporters(register):
+    """``register(name, reporter)``; a reporter has ``cli_option`` (e.g. ``"--junit"``), ``help``
+    and ``write(path, info, records, best)``; it runs when its option is given a path."""

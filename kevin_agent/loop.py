@@ -1,0 +1,228 @@
+"""The refinement loop: trajectories x turns of generate -> parse -> check -> evaluate -> feedback.
+
+One turn of every active trajectory is one batch: all prompts go to the backend together
+(vLLM batches them), then the candidates are evaluated (compiled in parallel, timed one
+at a time), so kernel timing never overlaps generation. Ending a run early is an
+exception carrying its reason; run state is saved in ``finally``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel
+
+from . import events as ev
+from .config import RunConfig
+from .parsing import parse_response
+from .prompting import Attempt, feedback_sentence, render_prompt
+from .protocols import Backend, Evaluator, EventSink, Generation
+from .results import BestKernel, CheckResult, EvalResult, Status, TurnRecord
+from .store import RunStore, now_iso
+from .task import Task
+
+CheckFn = Callable[[str, str], CheckResult]
+
+
+class StopRun(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RunOutcome(BaseModel):
+    run_id: str
+    reason: str
+    best: BestKernel | None
+    records: list[TurnRecord]
+
+
+def best_of(records: Sequence[TurnRecord]) -> TurnRecord | None:
+    """The verified turn with the highest speedup (earliest wins a tie)."""
+    best = None
+    for rec in records:
+        if rec.correct and rec.speedup is not None and (best is None or rec.speedup > best.speedup):
+            best = rec
+    return best
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        task: Task,
+        config: RunConfig,
+        backend: Backend,
+        evaluator: Evaluator,
+        store: RunStore,
+        sink: EventSink,
+        check: CheckFn,
+    ) -> None:
+        self.task, self.config, self.backend, self.evaluator = task, config, backend, evaluator
+        self.store, self.sink, self.check = store, sink, check
+        self.records: list[TurnRecord] = store.records()
+        self._stop = threading.Event()
+        self._cancel = threading.Event()
+
+    # --- steering (thread-safe) ----------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def cancel_generation(self) -> None:
+        self._cancel.set()
+
+    def best(self) -> TurnRecord | None:
+        return best_of(self.records)
+
+    def best_kernel(self) -> BestKernel | None:
+        rec = self.best()
+        if rec is None or rec.speedup is None:
+            return None
+        return BestKernel(trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup,
+                          kernel_path=str(self.store.dir / (rec.kernel_path or "")))
+
+    # --- the loop ---------------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        info = self.store.info
+        self.sink.emit(ev.RunStarted(
+            run_id=info.run_id, run_dir=str(self.store.dir), task=self.task.name, device=info.device,
+            device_name=info.device_name, backend=info.backend, model=info.model,
+            turns=self.config.turns, trajectories=self.config.trajectories,
+            resumed_turns=len(self.records),
+        ))
+        reason = "failed"
+        self.store.update_info(status="running")
+        try:
+            self._check_target()
+            for turn in range(1, self.config.turns + 1):
+                todo = [t for t in range(self.config.trajectories) if not self._done(t, turn)]
+                if todo:
+                    self.step(turn, todo)
+                self._check_target()
+                if self._stop.is_set():
+                    raise StopRun("stopped")
+            reason = "completed"
+        except StopRun as stop:
+            reason = stop.reason
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            raise
+        finally:
+            best = self.best_kernel()
+            self.store.update_info(status=reason, best=best)
+            self.sink.emit(ev.RunFinished(run_id=info.run_id, reason=reason, best=best,
+                                          turns_done=len(self.records)))
+        return RunOutcome(run_id=info.run_id, reason=reason, best=self.best_kernel(), records=list(self.records))
+
+    def _done(self, trajectory: int, turn: int) -> bool:
+        return any(r.trajectory == trajectory and r.turn == turn for r in self.records)
+
+    def _check_target(self) -> None:
+        target = self.config.target_speedup
+        best = self.best()
+        if target is not None and best is not None and best.speedup is not None and best.speedup >= target:
+            raise StopRun("target_reached")
+
+    def step(self, turn: int, trajectories: list[int]) -> None:
+        """One turn of the given trajectories: generate all, then evaluate all."""
+        started = now_iso()
+        prompts = [self._prompt(t) for t in trajectories]
+        for t, p in zip(trajectories, prompts):
+            self.sink.emit(ev.TurnStarted(trajectory=t, turn=turn, prompt_tokens=p.tokens, dropped_attempts=p.dropped))
+
+        def on_token(i: int, channel, text: str) -> None:
+            self.sink.emit(ev.TokenDelta(trajectory=trajectories[i], turn=turn, channel=channel, text=text))
+
+        self._cancel.clear()
+        t0 = time.monotonic()
+        gens = self.backend.generate([p.text for p in prompts], on_token=on_token, cancel=self._cancel)
+        gen_s = time.monotonic() - t0
+        for t, g in zip(trajectories, gens):
+            self.sink.emit(ev.GenerationFinished(trajectory=t, turn=turn, completion_tokens=g.completion_tokens,
+                                                 seconds=gen_s, cancelled=g.cancelled))
+
+        drafts = [self._draft(t, turn, p, g, gen_s, started) for t, p, g in zip(trajectories, prompts, gens)]
+        to_eval = [d for d in drafts if d.status is None]
+        if to_eval:
+            def on_stage(i: int, stage) -> None:
+                self.sink.emit(ev.EvalStage(trajectory=to_eval[i].trajectory, turn=turn, stage=stage))
+
+            results = self.evaluator.evaluate([d.code for d in to_eval], on_stage=on_stage)
+            for draft, result in zip(to_eval, results):
+                draft.apply_eval(result)
+        for draft in drafts:
+            self._finish(draft.record())
+
+    def _prompt(self, trajectory: int):
+        attempts = [
+            Attempt(code=r.code, summary=r.summary, feedback=r.feedback)
+            for r in self.records if r.trajectory == trajectory
+        ]
+        return render_prompt(
+            self.task, device=self.store.info.device, device_name=self.store.info.device_name,
+            attempts=attempts, budget_tokens=self.config.context_tokens - self.config.max_tokens,
+            count_tokens=self.backend.count_tokens,
+        )
+
+    def _draft(self, trajectory: int, turn: int, prompt, gen: Generation, gen_s: float, started: str) -> _Draft:
+        draft = _Draft(trajectory=trajectory, turn=turn, prompt=prompt.text, dropped=prompt.dropped,
+                       gen=gen, gen_s=gen_s, started=started)
+        parsed = parse_response(gen.text, gen.reasoning)
+        draft.reasoning, draft.summary, draft.code = parsed.reasoning, parsed.summary, parsed.code or ""
+        if gen.cancelled:
+            draft.fail(Status.PARSE_ERROR, "the generation was cancelled before the answer was complete")
+        elif parsed.error:
+            draft.fail(Status.PARSE_ERROR, parsed.error)
+        else:
+            draft.check = self.check(draft.code, self.store.info.device)
+            if not draft.check.passed:
+                draft.fail(Status.CHECK_FAILED, draft.check.summary())
+        if draft.code:
+            draft.kernel_path = self.store.write_kernel(trajectory, turn, draft.code)
+        return draft
+
+    def _finish(self, record: TurnRecord) -> None:
+        self.store.append(record)
+        self.records.append(record)
+        self.sink.emit(ev.TurnFinished(record=record, best=self.best_kernel()))
+
+
+class _Draft:
+    """A turn being assembled; ``status`` stays None while the candidate awaits evaluation."""
+
+    def __init__(self, *, trajectory, turn, prompt, dropped, gen, gen_s, started) -> None:
+        self.trajectory, self.turn, self.prompt, self.dropped = trajectory, turn, prompt, dropped
+        self.gen, self.gen_s, self.started = gen, gen_s, started
+        self.status: Status | None = None
+        self.error = ""
+        self.reasoning = self.summary = self.code = ""
+        self.kernel_path: str | None = None
+        self.parse_error: str | None = None
+        self.check: CheckResult | None = None
+        self.eval: EvalResult | None = None
+
+    def fail(self, status: Status, error: str) -> None:
+        self.status, self.error = status, error
+        if status is Status.PARSE_ERROR:
+            self.parse_error = error
+
+    def apply_eval(self, result: EvalResult) -> None:
+        self.eval = result
+        self.status, self.error = result.status, result.error
+
+    def record(self) -> TurnRecord:
+        assert self.status is not None
+        speedup = self.eval.speedup if self.eval is not None else None
+        flags = self.eval.flags if self.eval is not None else []
+        return TurnRecord(
+            trajectory=self.trajectory, turn=self.turn, status=self.status,
+            feedback=feedback_sentence(self.status, error=self.error, speedup=speedup, flags=flags),
+            prompt=self.prompt, response=self.gen.text, reasoning=self.reasoning, summary=self.summary,
+            code=self.code, kernel_path=self.kernel_path, parse_error=self.parse_error, check=self.check,
+            eval=self.eval, prompt_tokens=self.gen.prompt_tokens, completion_tokens=self.gen.completion_tokens,
+            dropped_attempts=self.dropped, generate_s=round(self.gen_s, 3),
+            eval_s=self.eval.wall_s if self.eval is not None else None,
+            started_at=self.started, finished_at=now_iso(),
+        )

@@ -1,0 +1,106 @@
+"""The plugin registry: built-ins, installed entry points and the ``plugins/`` folder.
+
+A plugin that fails to import is skipped and recorded in ``Registry.load_errors`` for the
+CLI to report on stderr; the engine itself never prints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pkgutil
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+
+ENTRY_POINT_GROUP = "kevin_opt"
+
+
+@dataclass
+class CheckRule:
+    name: str
+    description: str
+    check: Callable[..., list]
+
+
+@dataclass
+class Registry:
+    backends: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    devices: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    checks: dict[str, CheckRule] = field(default_factory=dict)
+    reporters: dict[str, Any] = field(default_factory=dict)
+    load_errors: list[str] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)
+
+
+def _folder_modules(folder: Path) -> list[tuple[str, Path]]:
+    return [(p.stem, p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def build_registry(extra_dirs: list[Path] | None = None) -> Registry:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    reg = Registry()
+
+    from . import builtins as builtin_plugin
+
+    pm.register(builtin_plugin, name="builtins")
+
+    # The repository's plugins/ folder ships as the package kevin_agent.plugins.
+    if _has_shipped_plugins():
+        shipped = importlib.import_module("kevin_agent.plugins")
+        for info in pkgutil.iter_modules(shipped.__path__):
+            module_name = f"kevin_agent.plugins.{info.name}"
+            _register_module(pm, reg, module_name, lambda m=module_name: importlib.import_module(m))
+
+    try:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    except Exception as exc:  # a broken installed plugin must not stop the tool
+        reg.load_errors.append(f"entry point plugin failed to load: {exc.__class__.__name__}: {exc}")
+
+    dirs = list(extra_dirs or [])
+    if os.environ.get("KEVIN_PLUGINS_DIR"):
+        dirs += [Path(p) for p in os.environ["KEVIN_PLUGINS_DIR"].split(os.pathsep) if p]
+    for folder in dirs:
+        for name, path in _folder_modules(folder):
+            _register_module(pm, reg, f"kevin_user_plugin_{name}", lambda p=path, n=name: _import_path(n, p), label=str(path))
+
+    hook = pm.hook
+    hook.register_backends(register=lambda name, factory: reg.backends.__setitem__(name, factory))
+    hook.register_devices(register=lambda name, factory: reg.devices.__setitem__(name, factory))
+    hook.register_checks(
+        register=lambda rule, description, check: reg.checks.__setitem__(rule, CheckRule(rule, description, check))
+    )
+    hook.register_reporters(register=lambda name, reporter: reg.reporters.__setitem__(name, reporter))
+    reg.plugins = [name for name, _ in pm.list_name_plugin()]
+    return reg
+
+
+def _has_shipped_plugins() -> bool:
+    return importlib.util.find_spec("kevin_agent.plugins") is not None
+
+
+def _import_path(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(f"kevin_user_plugin_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _register_module(pm: pluggy.PluginManager, reg: Registry, name: str, load, label: str | None = None) -> None:
+    try:
+        module = load()
+    except Exception as exc:
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        reg.load_errors.append(f"plugin {label or name} failed to import and was skipped: {last}")
+        return
+    if pm.get_plugin(name) is None:
+        pm.register(module, name=name)

@@ -1,0 +1,295 @@
+"""The benchmark report of a run: markdown for people, JSON for tools, a PNG chart.
+
+Everything here reads the records as stored (``RunInfo`` and ``TurnRecord``), so the report
+of a finished run can be rebuilt at any time from its run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from .results import EvalResult, RunInfo, Status, TimingStats, TurnRecord
+
+REPORT_FORMAT = 1
+"""Version of the JSON report layout; bumped when a field changes meaning."""
+
+STATUS_LABELS = {
+    Status.PARSE_ERROR: "parse error",
+    Status.CHECK_FAILED: "check failed",
+    Status.COMPILE_ERROR: "compile error",
+    Status.RUNTIME_ERROR: "runtime error",
+    Status.INCORRECT: "incorrect",
+    Status.CORRECT: "correct",
+    Status.TIMEOUT: "timeout",
+}
+
+
+# BaseModel has a deprecated ``json()`` method; the field named json deliberately replaces it.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "json"', category=UserWarning)
+
+    class ReportPaths(BaseModel):
+        markdown: Path
+        json: Path
+        chart: Path
+
+
+def best_record(records: Sequence[TurnRecord]) -> TurnRecord | None:
+    """The correct turn with the highest speedup (earliest wins a tie)."""
+    best = None
+    for rec in records:
+        if rec.correct and rec.speedup is not None and (best is None or rec.speedup > best.speedup):
+            best = rec
+    return best
+
+
+def report_stem_paths(out_dir: Path, stem: str) -> ReportPaths:
+    base = out_dir / f"{stem}_kevin_report"
+    return ReportPaths(markdown=base.with_suffix(".md"), json=base.with_suffix(".json"), chart=base.with_suffix(".png"))
+
+
+# --- data --------------------------------------------------------------------------------
+def _timing(stats: TimingStats | None) -> dict | None:
+    return stats.model_dump() if stats is not None else None
+
+
+def _turn_data(rec: TurnRecord) -> dict:
+    ev = rec.eval
+    return {
+        "trajectory": rec.trajectory,
+        "turn": rec.turn,
+        "status": rec.status.value,
+        "speedup": rec.speedup,
+        "speedup_vs_compile": ev.speedup_vs_compile if ev is not None and rec.correct else None,
+        "runtime_median_ms": ev.runtime.median_ms if ev is not None and ev.runtime is not None else None,
+        "feedback": rec.feedback,
+        "flags": list(ev.flags) if ev is not None else [],
+        "kernel_path": rec.kernel_path,
+    }
+
+
+def _correctness(ev: EvalResult) -> dict:
+    return {
+        "trials": ev.trials,
+        "trials_passed": ev.trials_passed,
+        "max_abs_err": ev.max_abs_err,
+        "max_rel_err": ev.max_rel_err,
+        "atol": ev.atol,
+        "rtol": ev.rtol,
+    }
+
+
+def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
+    """What goes into ``<stem>_kevin_report.json``."""
+    best = best_record(records)
+    best_data = None
+    if best is not None and best.eval is not None:
+        ev = best.eval
+        best_data = {
+            "trajectory": best.trajectory,
+            "turn": best.turn,
+            "speedup": ev.speedup,
+            "speedup_vs_compile": ev.speedup_vs_compile,
+            "timings": {
+                "kernel": _timing(ev.runtime),
+                "eager": _timing(ev.reference),
+                "torch_compile": _timing(ev.compiled_reference),
+            },
+            "correctness": _correctness(ev),
+            "flags": list(ev.flags),
+            "device_name": ev.device_name,
+            "kernel_path": best.kernel_path,
+        }
+    counts: dict[str, int] = {}
+    for rec in records:
+        counts[rec.status.value] = counts.get(rec.status.value, 0) + 1
+    return {
+        "format": REPORT_FORMAT,
+        "run_id": info.run_id,
+        "status": info.status,
+        "created_at": info.created_at,
+        # File name only: the report is committed, the person's absolute paths are not.
+        "task": {"file": Path(info.task.path).name, "name": info.task.name,
+                 "class_name": info.task.class_name, "digest": info.task.digest},
+        "device": info.device,
+        "device_name": info.device_name,
+        "versions": dict(info.versions),
+        "backend": info.backend,
+        "model": info.model,
+        "turns": info.turns,
+        "trajectories": info.trajectories,
+        "status_counts": counts,
+        "best": best_data,
+        "flags": [
+            {"trajectory": r.trajectory, "turn": r.turn, "flag": flag}
+            for r in records if r.eval is not None for flag in r.eval.flags
+        ],
+        "records": [_turn_data(r) for r in sorted(records, key=lambda r: (r.trajectory, r.turn))],
+        "commit": info.commit,
+    }
+
+
+# --- markdown ----------------------------------------------------------------------------
+def _cell(rec: TurnRecord | None, best: TurnRecord | None) -> str:
+    if rec is None:
+        return "-"
+    if rec.correct:
+        text = f"{rec.speedup:.2f}x" if rec.speedup is not None else "correct"
+        return f"**{text}** (best)" if rec is best else text
+    return STATUS_LABELS[rec.status]
+
+
+def _fmt(value: float | None, spec: str = ".3g") -> str:
+    return format(value, spec) if value is not None else "-"
+
+
+def _timing_row(label: str, stats: TimingStats | None, speedup: str) -> str:
+    if stats is None:
+        return f"| {label} | not measured | - | - | - | {speedup} |"
+    return (
+        f"| {label} | {stats.median_ms:#.4g} | {stats.p10_ms:#.4g} - {stats.p90_ms:#.4g} | "
+        f"{stats.std_ms:#.3g} | {stats.runs} | {speedup} |"
+    )
+
+
+def _turn_table(records: Sequence[TurnRecord], best: TurnRecord | None) -> list[str]:
+    trajectories = sorted({r.trajectory for r in records})
+    turns = sorted({r.turn for r in records})
+    by_key = {(r.trajectory, r.turn): r for r in records}
+    lines = [
+        "| turn | " + " | ".join(f"trajectory {t}" for t in trajectories) + " |",
+        "| ---: | " + " | ".join("---" for _ in trajectories) + " |",
+    ]
+    for turn in turns:
+        lines.append(f"| {turn} | " + " | ".join(_cell(by_key.get((t, turn)), best) for t in trajectories) + " |")
+    return lines
+
+
+def _best_section(best: TurnRecord) -> list[str]:
+    ev = best.eval
+    assert ev is not None  # a correct turn always carries its evaluation
+    vs_compile = f"{ev.speedup_vs_compile:.2f}x" if ev.speedup_vs_compile is not None else "-"
+    lines = [
+        f"## Best kernel: trajectory {best.trajectory}, turn {best.turn}",
+        "",
+        f"**{_fmt(ev.speedup, '.2f')}x** faster than eager PyTorch"
+        + (f", **{vs_compile}** vs `torch.compile`" if ev.speedup_vs_compile is not None else "")
+        + (f" on {ev.device_name}" if ev.device_name else "") + ".",
+        "",
+        "| | median (ms) | p10 - p90 (ms) | std (ms) | runs | kernel's speedup over it |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        _timing_row("kernel (`ModelNew`)", ev.runtime, "-"),
+        _timing_row("eager PyTorch", ev.reference, f"{_fmt(ev.speedup, '.2f')}x"),
+        _timing_row("`torch.compile`", ev.compiled_reference, vs_compile),
+        "",
+        "### Correctness evidence",
+        "",
+        f"- trials passed: {ev.trials_passed} / {ev.trials} (fresh seeds, alternating input distributions)",
+        f"- max absolute error: {_fmt(ev.max_abs_err)} (atol {_fmt(ev.atol)})",
+        f"- max relative error: {_fmt(ev.max_rel_err)} (rtol {_fmt(ev.rtol)})",
+    ]
+    if best.summary.strip():
+        lines += ["", "### What the kernel does (model's summary)", "", best.summary.strip()]
+    return lines
+
+
+def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: str | None = None) -> str:
+    """The report as markdown; ``chart_name`` is the PNG's path relative to the markdown file
+    (None leaves the chart out, e.g. for a CI step summary where it cannot be shown)."""
+    best = best_record(records)
+    versions = info.versions
+    task = info.task
+    lines = [
+        f"# kevin-opt report: {task.name} (`{task.class_name}`)",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| task | `{Path(task.path).name}` (class `{task.class_name}`, sha256 {task.digest}) |",
+        f"| device | {info.device}" + (f" ({info.device_name})" if info.device_name else "") + " |",
+        f"| backend / model | {info.backend} / `{info.model}` |",
+        f"| run | `{info.run_id}` ({info.status}, {len(records)} turns evaluated, "
+        f"{info.trajectories} trajectories x {info.turns} turns) |",
+    ]
+    for key in ("torch", "cuda", "driver", "python", "compiler", "kevin-opt"):
+        if versions.get(key):
+            lines.append(f"| {key} | {versions[key]} |")
+    for key, value in sorted(versions.items()):
+        if key not in ("torch", "cuda", "driver", "python", "compiler", "kevin-opt") and value:
+            lines.append(f"| {key} | {value} |")
+    if info.commit:
+        lines.append(f"| commit | {info.commit} |")
+    lines.append("")
+
+    if best is not None:
+        lines += _best_section(best)
+    else:
+        lines += ["## No verified kernel", "", "No turn produced a kernel that passed the correctness checks."]
+    lines.append("")
+
+    lines += ["## Turns", "", "Speedup vs eager PyTorch for correct turns, otherwise how the turn failed.", ""]
+    lines += _turn_table(records, best) if records else ["No turns were evaluated."]
+    lines.append("")
+    if chart_name:
+        lines += [f"![speedup over turns]({chart_name})", ""]
+
+    flagged = [(r, f) for r in records if r.eval is not None for f in r.eval.flags]
+    lines += ["## Flags", ""]
+    if flagged:
+        lines += [f"- trajectory {r.trajectory} turn {r.turn}: {f}" for r, f in flagged]
+    else:
+        lines.append("None raised.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+# --- chart -------------------------------------------------------------------------------
+def plot_speedups(records: Sequence[TurnRecord], path: Path) -> None:
+    """Speedup over turns, one line per trajectory; failed turns sit at 0, marked with x."""
+    # The object API with the Agg canvas leaves pyplot's global state (and backend) alone.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    best = best_record(records)
+    for trajectory in sorted({r.trajectory for r in records}):
+        recs = sorted((r for r in records if r.trajectory == trajectory), key=lambda r: r.turn)
+        ok = [r.correct and r.speedup is not None for r in recs]
+        ys = [r.speedup if good else 0.0 for r, good in zip(recs, ok)]
+        (line,) = ax.plot([r.turn for r in recs], ys, linewidth=1.5, label=f"trajectory {trajectory}")
+        for good, marker in ((True, "o"), (False, "x")):
+            points = [(r.turn, y) for r, y, g in zip(recs, ys, ok) if g is good]
+            if points:
+                ax.scatter(*zip(*points), marker=marker, s=40 if good else 60, color=line.get_color(),
+                           zorder=3, clip_on=False)
+    if best is not None:
+        ax.scatter([best.turn], [best.speedup], marker="*", s=260, color="gold", edgecolors="black",
+                   zorder=4, label=f"best: {best.speedup:.2f}x (trajectory {best.trajectory})")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1.0x (eager)")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("speedup vs eager (x = not correct)")
+    ax.set_title("Speedup over turns")
+    if records:
+        ax.set_xticks(sorted({r.turn for r in records}))
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best", ncol=1 + len({r.trajectory for r in records}) // 8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+
+
+def write_report(info: RunInfo, records: Sequence[TurnRecord], out_dir: Path, stem: str) -> ReportPaths:
+    """Write ``<stem>_kevin_report.md``, ``.json`` and ``.png`` into ``out_dir``."""
+    paths = report_stem_paths(out_dir, stem)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot_speedups(records, paths.chart)
+    paths.markdown.write_text(render_markdown(info, records, paths.chart.name), encoding="utf-8")
+    paths.json.write_text(json.dumps(build_report_data(info, records), indent=2) + "\n", encoding="utf-8")
+    return paths

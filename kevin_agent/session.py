@@ -1,0 +1,139 @@
+"""Assemble an ``Engine`` from a config: the one place that wires the parts together.
+
+The order matters for the person's time: the task is loaded and probed (cheap, and the
+usual source of mistakes) before the backend is created (which may load a 32B model).
+"""
+
+from __future__ import annotations
+
+import ast
+import platform
+from pathlib import Path
+
+from . import __version__
+from .config import RunConfig, load_config
+from .errors import ConfigError, EnvironmentUnavailable, KevinError, TaskError
+from .events import Notice
+from .loop import Engine
+from .protocols import EventSink
+from .registry import Registry, build_registry
+from .results import CheckResult, RunInfo, TaskRef
+from .store import RunStore, default_runs_root, new_run_id, now_iso
+from .task import Task, load_task
+
+
+def resolve_device(config: RunConfig) -> str:
+    if config.device:
+        return config.device
+    from .evaluate import detect_device
+
+    return detect_device()
+
+
+def make_checker(registry: Registry):
+    """Built-in rules plus every rule plugins registered."""
+    from .checks import run_checks
+
+    extra = [rule for name, rule in registry.checks.items()]
+
+    def check(source: str, device: str) -> CheckResult:
+        result = run_checks(source, device)
+        if extra:
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                return result
+            violations = list(result.violations)
+            for rule in extra:
+                violations.extend(rule.check(tree, source, device))
+            result = CheckResult(passed=not violations, violations=violations)
+        return result
+
+    return check
+
+
+def make_evaluator(registry: Registry, task: Task, config: RunConfig, device: str):
+    from .evaluate import EvalSettings
+
+    factory = registry.devices.get(device)
+    if factory is None:
+        raise ConfigError(f"unknown device {device!r}", f"choose one of: {', '.join(sorted(registry.devices))}")
+    return factory(task, EvalSettings.from_config(config, device))
+
+
+def make_backend(registry: Registry, config: RunConfig, *, skip: int = 0):
+    factory = registry.backends.get(config.backend)
+    if factory is None:
+        raise ConfigError(f"unknown backend {config.backend!r}", f"choose one of: {', '.join(sorted(registry.backends))}")
+    return factory(config, skip=skip)
+
+
+def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None) -> Engine:
+    registry = registry or build_registry()
+    task = load_task(task_file, config.class_name)
+    device = resolve_device(config)
+    config = config.model_copy(update={"device": device})
+    if config.backend == "scripted" and config.responses is None:
+        raise ConfigError("--backend scripted needs --responses PATH", "point it at a JSONL file of responses, "
+                          "e.g. examples/rmsnorm.cpu.jsonl")
+    evaluator = make_evaluator(registry, task, config, device)
+    try:
+        task.probe = evaluator.probe()
+        backend = make_backend(registry, config)
+    except BaseException:
+        evaluator.close()
+        raise
+    root = config.run_dir or default_runs_root(task.path.parent)
+    info = RunInfo(
+        run_id=new_run_id(task.name), created_at=now_iso(),
+        task=TaskRef(path=str(task.path), name=task.name, class_name=task.class_name, digest=task.digest),
+        device=device, device_name=evaluator.device_name, backend=config.backend, model=backend.model,
+        turns=config.turns, trajectories=config.trajectories, config=config.public_dict(),
+        versions={"kevin-opt": __version__, "python": platform.python_version(), **evaluator.versions()},
+    )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        store = RunStore.create(root, info)
+    except OSError as exc:
+        evaluator.close()
+        backend.close()
+        raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
+                          "pass a writable --run-dir") from None
+    return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
+                  check=make_checker(registry))
+
+
+def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, overrides: dict | None = None,
+               registry: Registry | None = None) -> Engine:
+    registry = registry or build_registry()
+    root = runs_root or default_runs_root()
+    store = RunStore.open(root, run_id)
+    info = store.info
+    saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
+    config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})
+    task_path = Path(info.task.path)
+    try:
+        task = load_task(task_path, info.task.class_name)
+    except TaskError as exc:
+        raise TaskError(f"cannot resume {info.run_id}: {exc.message}", exc.hint) from None
+    if task.digest != info.task.digest:
+        sink.emit(Notice(level="warning", message=f"{task_path} changed since run {info.run_id} started; "
+                                                   "the reference is the file as it is now"))
+    device = info.device
+    if config.turns != info.turns:
+        store.update_info(turns=config.turns)
+    evaluator = make_evaluator(registry, task, config, device)
+    try:
+        task.probe = evaluator.probe()
+        if evaluator.device_name and info.device_name and evaluator.device_name != info.device_name:
+            sink.emit(Notice(level="warning", message=f"this run started on {info.device_name} and resumes "
+                                                       f"on {evaluator.device_name}; speedups are not comparable"))
+        backend = make_backend(registry, config, skip=len(store.records()))
+    except BaseException:
+        evaluator.close()
+        raise
+    return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
+                  check=make_checker(registry))
+
+
+__all__ = ["start_run", "resume_run", "resolve_device", "KevinError", "EnvironmentUnavailable"]

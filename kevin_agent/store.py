@@ -1,0 +1,175 @@
+"""The run directory: ``.kevin/runs/<run-id>/`` with ``run.json``, ``turns.jsonl`` and ``kernels/``.
+
+``turns.jsonl`` is append-only: one line per finished turn, flushed and fsynced before the
+turn is reported, so a killed run loses at most the turn in flight and ``resume`` picks up
+after the last line. A torn last line (killed mid-write) is ignored on read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .errors import RunNotFound
+from .results import RunInfo, TurnRecord
+
+RUN_JSON = "run.json"
+TURNS_JSONL = "turns.jsonl"
+KERNELS = "kernels"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_toplevel(start: Path) -> Path | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def default_runs_root(start: Path | None = None) -> Path:
+    """``.kevin/runs`` at the top of the git repository holding ``start``, else under ``start``."""
+    start = (start or Path.cwd()).resolve()
+    if start.is_file():
+        start = start.parent
+    return (git_toplevel(start) or start) / ".kevin" / "runs"
+
+
+def new_run_id(task_name: str) -> str:
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", task_name).strip("-").lower()[:24] or "task"
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class RunStore:
+    """One run's directory."""
+
+    def __init__(self, run_dir: Path, info: RunInfo) -> None:
+        self.dir = run_dir
+        self.info = info
+
+    # --- creation and lookup -------------------------------------------------------------
+    @classmethod
+    def create(cls, root: Path, info: RunInfo) -> RunStore:
+        run_dir = root / info.run_id
+        (run_dir / KERNELS).mkdir(parents=True, exist_ok=False)
+        store = cls(run_dir, info)
+        store.save_info()
+        (run_dir / TURNS_JSONL).touch()
+        return store
+
+    @classmethod
+    def open(cls, root: Path, run_id: str) -> RunStore:
+        run_dir = root / run_id
+        if not (run_dir / RUN_JSON).is_file():
+            matches = sorted(p.name for p in root.glob(f"{run_id}*") if (p / RUN_JSON).is_file()) if root.is_dir() else []
+            if len(matches) == 1:
+                run_dir = root / matches[0]
+            else:
+                hint = (
+                    f"did you mean one of: {', '.join(matches[:5])}"
+                    if matches
+                    else "list runs with `kevin-opt history`"
+                )
+                raise RunNotFound(f"no run {run_id!r} in {root}", hint)
+        return cls(run_dir, read_info(run_dir))
+
+    # --- run.json ----------------------------------------------------------------------------
+    def save_info(self) -> None:
+        self.info.updated_at = now_iso()
+        _write_atomic(self.dir / RUN_JSON, self.info.model_dump_json(indent=2) + "\n")
+
+    def update_info(self, **changes) -> None:
+        for key, value in changes.items():
+            setattr(self.info, key, value)
+        self.save_info()
+
+    # --- turns ----------------------------------------------------------------------------
+    def kernel_relpath(self, trajectory: int, turn: int) -> str:
+        return f"{KERNELS}/t{trajectory}_turn{turn}.py"
+
+    def write_kernel(self, trajectory: int, turn: int, code: str) -> str:
+        rel = self.kernel_relpath(trajectory, turn)
+        _write_atomic(self.dir / rel, code)
+        return rel
+
+    def append(self, record: TurnRecord) -> None:
+        line = record.model_dump_json() + "\n"
+        with open(self.dir / TURNS_JSONL, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def records(self) -> list[TurnRecord]:
+        return read_records(self.dir)
+
+    def record(self, trajectory: int, turn: int) -> TurnRecord | None:
+        for rec in self.records():
+            if rec.trajectory == trajectory and rec.turn == turn:
+                return rec
+        return None
+
+
+def read_info(run_dir: Path) -> RunInfo:
+    try:
+        return RunInfo.model_validate_json((run_dir / RUN_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        raise RunNotFound(f"{run_dir / RUN_JSON} is unreadable ({exc.__class__.__name__})",
+                          "the run directory is damaged; start a new run") from None
+
+
+def read_records(run_dir: Path) -> list[TurnRecord]:
+    path = run_dir / TURNS_JSONL
+    if not path.exists():
+        return []
+    records: list[TurnRecord] = []
+    seen: set[tuple[int, int]] = set()
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw.strip():
+            continue
+        try:
+            rec = TurnRecord.model_validate(json.loads(raw))
+        except (json.JSONDecodeError, ValidationError):
+            # Only a torn final write can produce this; the turn is redone on resume.
+            continue
+        key = (rec.trajectory, rec.turn)
+        if key not in seen:
+            seen.add(key)
+            records.append(rec)
+    return records
+
+
+def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
+    """Runs under ``root``, newest first; damaged ones are skipped."""
+    if not root.is_dir():
+        return []
+    runs = []
+    for run_dir in root.iterdir():
+        if not (run_dir / RUN_JSON).is_file():
+            continue
+        try:
+            runs.append((read_info(run_dir), read_records(run_dir)))
+        except RunNotFound:
+            continue
+    runs.sort(key=lambda r: r[0].created_at, reverse=True)
+    return runs

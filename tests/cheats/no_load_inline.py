@@ -1,0 +1,9 @@
+# expect: uses-load-inline
+# device: cpu
+# No kernel at all.
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)

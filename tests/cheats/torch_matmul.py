@@ -1,0 +1,12 @@
+# expect: no-torch-compute
+# device: cpu
+# Calls torch.matmul instead of a kernel.
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="k", cpp_sources="torch::Tensor k(torch::Tensor x) { return x; }", functions=["k"])
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(ext.k(a), b)

@@ -1,0 +1,92 @@
+"""Shared fixtures for the evaluator tests: a tiny task, the cheat files, one build cache.
+
+Compiles are expensive (30-90 s each on a small machine), so the C++ candidates are built
+once per test session into one cache folder and every test reads the same results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kevin_agent.evaluate import EvalSettings, LocalEvaluator
+from kevin_agent.task import load_task
+
+CHEATS = Path(__file__).parent / "cheats"
+RUNTIME = CHEATS / "runtime"
+
+TASK_SOURCE = '''\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return x * self.scale + 1.0
+
+
+def get_inputs():
+    return [torch.randn(128, 512)]
+
+
+def get_init_inputs():
+    return [2.0]
+'''
+
+
+def runtime_source(name: str) -> str:
+    return (RUNTIME / f"{name}.py").read_text(encoding="utf-8")
+
+
+def write_task(folder: Path, source: str = TASK_SOURCE, name: str = "scale_task.py") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(source, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def eval_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kevin-eval")
+
+
+@pytest.fixture(scope="session")
+def scale_task(eval_root):
+    return load_task(write_task(eval_root / "task"))
+
+
+@pytest.fixture(scope="session")
+def cpu_settings(eval_root) -> EvalSettings:
+    return EvalSettings(device="cpu", cache_dir=eval_root / "builds", warmup_runs=2, timed_runs=10,
+                        run_timeout_s=240, compile_timeout_s=600, parallel_compiles=3)
+
+
+@pytest.fixture(scope="session")
+def cpu_evaluator(scale_task, cpu_settings) -> LocalEvaluator:
+    evaluator = LocalEvaluator(scale_task, cpu_settings)
+    evaluator.probe()
+    yield evaluator
+    evaluator.close()
+
+
+@pytest.fixture(scope="session")
+def cpp_batch(cpu_evaluator):
+    """compile error, segfault, honest, honest again: one call, three real compiles in parallel."""
+    names = ["compile_error", "segfault_cpp", "honest_cpp", "honest_cpp"]
+    stages: list[tuple[int, str]] = []
+    results = cpu_evaluator.evaluate([runtime_source(n) for n in names],
+                                     on_stage=lambda i, s: stages.append((i, s.value)))
+    return dict(zip(["compile_error", "segfault_cpp", "honest_cpp", "honest_cpp_again"], results)), stages
+
+
+@pytest.fixture(scope="session")
+def python_batch(cpu_evaluator):
+    """Run-time cheats that need no compiler (the evaluator does not rely on the static checks)."""
+    names = ["wrong_values", "never_written", "modifies_input", "cached_output", "returns_input",
+             "honest_python"]
+    return dict(zip(names, cpu_evaluator.evaluate([runtime_source(n) for n in names])))

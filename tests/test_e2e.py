@@ -1,0 +1,160 @@
+"""The real CLI, end to end on the CPU device: scripted responses, real compiles, real git.
+
+The rmsnorm script walks through a parse error, a compile error, an incorrect kernel and
+correct ones, so one run exercises every branch of the loop. Builds are cached across the
+test session, so only the first run pays for compilation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .clihelp import REPO, kevin
+from .conftest import git_init
+
+pytestmark = pytest.mark.slow
+TURNS = 5
+
+
+def rmsnorm_repo(tmp_path):
+    repo = git_init(tmp_path / "proj")
+    shutil.copy(REPO / "examples" / "rmsnorm.py", repo / "rmsnorm.py")
+    shutil.copy(REPO / "examples" / "rmsnorm.cpu.jsonl", repo / "responses.jsonl")
+    subprocess.run(["git", "-C", repo, "add", "."], check=True)
+    subprocess.run(["git", "-C", repo, "commit", "-qm", "my layer"], check=True)
+    return repo
+
+
+def run_args(*extra):
+    return ["run", "rmsnorm.py", "--device", "cpu", "--backend", "scripted", "--responses", "responses.jsonl",
+            "--turns", str(TURNS), "--headless", "--timed-runs", "10", *extra]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    repo = rmsnorm_repo(tmp_path_factory.mktemp("e2e"))
+    proc = kevin(*run_args("--json", "summary.json", "--min-speedup", "0"), cwd=repo)
+    return repo, proc
+
+
+def test_exit_code_and_summary(finished):
+    repo, proc = finished
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((repo / "summary.json").read_text())
+    statuses = [t["status"] for t in summary["turns"]]
+    assert statuses[:4] == ["parse_error", "compile_error", "incorrect", "correct"], statuses
+    assert len(statuses) == TURNS
+    assert summary["device"] == "cpu" and summary["backend"] == "scripted"
+    assert "hand-written" in summary["model"]
+    for t in summary["turns"]:
+        assert t["feedback"]
+        if t["status"] == "correct":
+            assert t["speedup"] > 0 and t["runtime_ms"] > 0 and t["reference_ms"] > 0
+        else:
+            assert t["speedup"] is None
+    best = summary["best"]
+    assert best["speedup"] == max(t["speedup"] for t in summary["turns"] if t["speedup"])
+    assert os.path.isfile(best["kernel_path"])
+    assert summary["commit"]
+
+
+def test_run_directory_holds_every_turn(finished):
+    repo, _ = finished
+    summary = json.loads((repo / "summary.json").read_text())
+    run_dir = repo / ".kevin" / "runs" / summary["run_id"]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["best"]["turn"] == summary["best"]["turn"]
+    assert info["versions"]["torch"]
+    lines = [json.loads(x) for x in (run_dir / "turns.jsonl").read_text().splitlines()]
+    assert [x["turn"] for x in lines] == list(range(1, TURNS + 1))
+    compile_error = lines[1]
+    assert compile_error["eval"]["compile_log"] and "error" in compile_error["eval"]["error"].lower()
+    assert lines[0]["parse_error"] and lines[0]["code"] == ""
+    assert all(x["prompt"] and x["response"] for x in lines)
+    # Each later prompt carries the previous attempts' feedback, never their reasoning.
+    assert lines[0]["feedback"] in lines[1]["prompt"]
+    assert lines[1]["reasoning"] and lines[1]["reasoning"] not in lines[2]["prompt"]
+    assert len(list((run_dir / "kernels").glob("*.py"))) == TURNS - 1
+
+
+def test_commit_holds_only_the_tools_files(finished):
+    repo, _ = finished
+    names = subprocess.run(["git", "-C", repo, "show", "--name-only", "--format=%s%n%b", "HEAD"],
+                           capture_output=True, text=True, check=True).stdout
+    files = sorted(line for line in names.splitlines() if line.startswith("rmsnorm"))
+    assert files == ["rmsnorm_kevin.py", "rmsnorm_kevin_report.json", "rmsnorm_kevin_report.md",
+                     "rmsnorm_kevin_report.png"]
+    assert "Kevin-Run:" in names
+    status = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert ".kevin" not in status  # excluded through .git/info/exclude
+    report = (repo / "rmsnorm_kevin_report.md").read_text()
+    assert "rmsnorm_kevin_report.png" in report and "| " in report and "parse_error" in report
+
+
+def test_progress_lines_on_stderr(finished):
+    _, proc = finished
+    assert "[t0 turn 1/5] parse_error" in proc.stderr
+    assert "[t0 turn 4/5] correct" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_show_and_history(finished):
+    repo, _ = finished
+    summary = json.loads((repo / "summary.json").read_text())
+    hist = kevin("history", "--plain", cwd=repo)
+    assert hist.returncode == 0 and summary["run_id"] in hist.stdout
+    show = kevin("show", summary["run_id"], "--turn", "2", cwd=repo)
+    assert show.returncode == 0 and "compile_error" in show.stdout and "## kernel" in show.stdout
+
+
+def test_below_min_speedup_exits_1_and_commits_nothing(tmp_path):
+    repo = rmsnorm_repo(tmp_path)
+    head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    proc = kevin(*run_args("--min-speedup", "1000", "--json", "s.json"), cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "below --min-speedup" in proc.stderr
+    assert json.loads((repo / "s.json").read_text())["commit"] is None
+    assert subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
+    assert not (repo / "rmsnorm_kevin.py").exists()
+
+
+def test_killed_run_resumes_without_losing_or_repeating_turns(tmp_path):
+    repo = rmsnorm_repo(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEVIN_") or k == "KEVIN_CACHE_DIR"}
+    env.update(CI="true")
+    proc = subprocess.Popen([sys.executable, "-m", "kevin_agent.cli", *run_args("--no-commit", "--min-speedup", "0")], cwd=repo,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = repo / ".kevin" / "runs"
+    deadline = time.monotonic() + 600
+    turns_file = None
+    while time.monotonic() < deadline:
+        found = list(runs.glob("*/turns.jsonl")) if runs.exists() else []
+        if found and len(found[0].read_text().splitlines()) >= 3:
+            turns_file = found[0]
+            break
+        time.sleep(0.2)
+    assert turns_file is not None, "the run never got to turn 3"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    before = turns_file.read_text().splitlines()
+    assert 3 <= len(before) < TURNS
+    run_id = turns_file.parent.name
+    info = json.loads((turns_file.parent / "run.json").read_text())
+    assert info["status"] == "running"  # killed: nothing had a chance to mark it
+
+    resumed = kevin("resume", run_id, "--headless", "--json", "r.json", "--no-commit", cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming after {len(before)} finished turns" in resumed.stderr
+    after = turns_file.read_text().splitlines()
+    assert after[: len(before)] == before  # finished turns untouched
+    assert [json.loads(x)["turn"] for x in after] == list(range(1, TURNS + 1))
+    statuses = [t["status"] for t in json.loads((repo / "r.json").read_text())["turns"]]
+    assert statuses[:4] == ["parse_error", "compile_error", "incorrect", "correct"]

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from kevin_agent.registry import build_registry
+from kevin_agent.session import make_checker
+
+PLUGIN = '''
+from kevin_agent.hookspecs import hookimpl
+from kevin_agent.results import Violation
+
+def no_printf(tree, source, device):
+    return [Violation(rule="no-printf", message="printf in a kernel slows it down")] if "printf" in source else []
+
+@hookimpl
+def register_checks(register):
+    register("no-printf", "kernels must not call printf", no_printf)
+
+@hookimpl
+def register_backends(register):
+    register("echo", lambda config, *, skip=0: None)
+'''
+
+
+def test_builtins_come_through_the_same_hooks():
+    reg = build_registry()
+    assert {"vllm", "openai", "scripted"} <= set(reg.backends)
+    assert {"cpu", "cuda"} <= set(reg.devices)
+    assert "builtins" in reg.plugins
+
+
+def test_folder_plugins_register_and_broken_ones_are_skipped(tmp_path):
+    (tmp_path / "printf_rule.py").write_text(PLUGIN)
+    (tmp_path / "broken.py").write_text("import does_not_exist_anywhere\n")
+    reg = build_registry([tmp_path])
+    assert "echo" in reg.backends and "no-printf" in reg.checks
+    assert len(reg.load_errors) == 1 and "broken.py" in reg.load_errors[0]
+    assert "does_not_exist_anywhere" in reg.load_errors[0]
+    check = make_checker(reg)
+    bad = check('printf("x")\n', "cpu")
+    assert not bad.passed and "no-printf" in {v.rule for v in bad.violations}
+
+
+def test_broken_plugin_is_reported_on_stderr_and_the_tool_goes_on(tmp_path):
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom at import')\n")
+    env = {"KEVIN_PLUGINS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "CI": "true"}
+    proc = subprocess.run([sys.executable, "-m", "kevin_agent.cli", "history", "--run-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "broken.py failed to import and was skipped" in proc.stderr
+    assert "boom at import" in proc.stderr
+    assert "Traceback" not in proc.stderr
