@@ -1,0 +1,141 @@
+"""The scripted backend: replays hand-written responses from a JSONL file.
+
+Used by the tests and the demos, and by anyone who wants to see the whole loop without a
+model. Each line is ``{"text": ...}`` with an optional ``"reasoning"`` (thinking that a server
+would return apart from the answer). Responses are served in order across calls: a batch of N
+prompts takes the next N lines.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import BackendError
+from ..protocols import Generation, TokenCallback
+from .streaming import SerialCallback, ThinkSplitter
+
+#: Characters per streamed chunk: small enough that the TUI visibly streams.
+CHUNK_CHARS = 24
+
+
+class ScriptedBackend:
+    """Serves the responses of a JSONL file in order."""
+
+    name = "scripted"
+
+    def __init__(
+        self, path: Path, *, skip: int = 0, model: str = "scripted", chunk_delay_s: float = 0.0
+    ) -> None:
+        self.path = Path(path)
+        self.model = f"{model} (hand-written responses)"
+        self.responses = _load(self.path)
+        if skip < 0:
+            raise ValueError("skip must be >= 0")
+        #: Index of the next response to serve; ``skip`` resumes after responses already used.
+        self.position = skip
+        self.chunk_delay_s = chunk_delay_s
+        """Pause between streamed chunks, so that a demo streams at a readable pace."""
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        needed = self.position + len(prompts)
+        if needed > len(self.responses):
+            turn = self.position // len(prompts) + 1
+            raise BackendError(
+                f"the script {self.path} has {len(self.responses)} responses and turn {turn} "
+                f"needs more (responses {self.position + 1} to {needed})",
+                "lower --turns or add responses",
+            )
+        batch = self.responses[self.position:needed]
+        self.position = needed
+        emit = SerialCallback(on_token)
+        return [self._stream(i, item, emit, cancel) for i, item in enumerate(batch)]
+
+    def _stream(
+        self, index: int, item: dict[str, str], emit: SerialCallback, cancel: threading.Event | None
+    ) -> Generation:
+        reasoning, text = item.get("reasoning", ""), item["text"]
+        sent_reasoning, sent_text = "", ""
+        for chunk in _chunks(reasoning):
+            if cancel is not None and cancel.is_set():
+                return Generation(text="", reasoning=sent_reasoning, cancelled=True)
+            emit(index, "reasoning", chunk)
+            sent_reasoning += chunk
+            self._pause()
+        splitter = ThinkSplitter()
+        for chunk in _chunks(text):
+            if cancel is not None and cancel.is_set():
+                return Generation(text=sent_text, reasoning=sent_reasoning, cancelled=True)
+            for channel, part in splitter.feed(chunk):
+                emit(index, channel, part)
+            sent_text += chunk
+            self._pause()
+        for channel, part in splitter.flush():
+            emit(index, channel, part)
+        return Generation(
+            text=text,
+            reasoning=reasoning,
+            prompt_tokens=None,
+            completion_tokens=self.count_tokens(reasoning + text),
+            finish_reason="stop",
+        )
+
+    def _pause(self) -> None:
+        if self.chunk_delay_s > 0:
+            time.sleep(self.chunk_delay_s)
+
+    def count_tokens(self, text: str) -> int:
+        # About four characters a token for English and code; the budget only needs an estimate.
+        return (len(text) + 3) // 4
+
+    def close(self) -> None:
+        pass
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
+
+
+def _load(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise BackendError(
+            f"the response script {path} does not exist",
+            'pass --responses PATH: a JSONL file with one {"text": ...} per line',
+        )
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BackendError(f"cannot read the response script {path}: {exc}") from None
+    responses: list[dict[str, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BackendError(
+                f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno})",
+                'each line must be one JSON object such as {"text": "..."}',
+            ) from None
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+            raise BackendError(
+                f'{path}, line {number}: expected an object with a "text" string',
+                'each line must be one JSON object such as {"text": "..."}',
+            )
+        if not isinstance(item.get("reasoning", ""), str):
+            raise BackendError(f'{path}, line {number}: "reasoning" must be a string')
+        responses.append({"text": item["text"], "reasoning": item.get("reasoning", "")})
+    if not responses:
+        raise BackendError(f"the response script {path} has no responses", 'add {"text": ...} lines')
+    return responses

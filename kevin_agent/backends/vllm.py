@@ -1,0 +1,205 @@
+"""The vllm backend (the default): vLLM's engine inside the tool's own process.
+
+All prompts of a turn are added to the engine together so vLLM batches them; the engine is
+stepped here, and each step's new text (``RequestOutputKind.DELTA``) goes straight to
+``on_token``. A cancel aborts the requests between steps. Generation and kernel timing never
+overlap: the loop calls ``generate`` for a whole turn, then evaluates.
+
+vLLM is imported only when this backend is built, so the rest of the tool works without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import RunConfig
+from ..errors import BackendError, EnvironmentUnavailable
+from ..protocols import Generation, TokenCallback
+from .streaming import OPEN_TAG, SerialCallback, ThinkSplitter
+
+INSTALL_HINT = (
+    "pip install 'kevin-opt[vllm]' on a GPU machine, or use --backend openai --base-url "
+    "http://HOST:PORT/v1 to reach a vLLM server elsewhere"
+)
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        if exc.name == "vllm":
+            raise EnvironmentUnavailable("vLLM is not installed", INSTALL_HINT) from None
+        # vLLM is there but one of its own dependencies is missing or mismatched.
+        raise EnvironmentUnavailable(f"vLLM is installed but cannot be imported: {exc}",
+                                     INSTALL_HINT) from None
+    return vllm
+
+
+def _require_gpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise EnvironmentUnavailable(
+            "the vllm backend needs an NVIDIA GPU and none is visible to this process",
+            "run on a GPU machine, or use --backend openai --base-url http://HOST:PORT/v1 to reach "
+            "a server on one (for a try-out without a model: --backend scripted --responses FILE)",
+        )
+
+
+class VLLMBackend:
+    """Generates with an in-process vLLM ``LLMEngine``."""
+
+    name = "vllm"
+
+    def __init__(self, config: RunConfig) -> None:
+        vllm = _import_vllm()
+        _require_gpu()
+        from vllm.sampling_params import RequestOutputKind
+
+        self.model = config.model
+        self.max_model_len = config.context_tokens
+        self.max_tokens = config.max_tokens
+        self.temperature = config.temperature
+        self._delta = RequestOutputKind.DELTA
+        self._sampling_params = vllm.SamplingParams
+        args = vllm.EngineArgs(
+            model=config.model,
+            dtype="bfloat16",
+            max_model_len=config.context_tokens,
+            tensor_parallel_size=config.tensor_parallel_size,
+            # The rest of the GPU's memory is left to kernel evaluation on the same GPU.
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            disable_log_stats=True,
+        )
+        try:
+            self._engine = vllm.LLMEngine.from_engine_args(args)
+        except Exception as exc:  # noqa: BLE001 - vLLM raises many kinds; the person needs one message
+            raise BackendError(
+                f"vLLM could not start model {config.model!r}: {type(exc).__name__}: {exc}",
+                "check the model name or path, --tensor-parallel-size, and that the GPU has room "
+                f"(gpu_memory_utilization={config.gpu_memory_utilization}, context "
+                f"{config.context_tokens} tokens; lower KEVIN_GPU_MEMORY_UTILIZATION or "
+                "KEVIN_CONTEXT_TOKENS if it ran out of memory)",
+            ) from exc
+        self._tokenizer = self._load_tokenizer(config.model)
+
+    # --- the Backend protocol -----------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        emit = SerialCallback(on_token)
+        batch = uuid.uuid4().hex[:12]
+        ids = [f"kevin-{batch}-{i}" for i in range(len(prompts))]
+        texts = ["" for _ in prompts]
+        splitters: list[ThinkSplitter] = []
+        prompt_tokens: list[int] = []
+        completion_tokens = [0 for _ in prompts]
+        finish: list[str | None] = [None for _ in prompts]
+        for i, prompt in enumerate(prompts):
+            token_ids, starts_in_thought = self._encode(prompt)
+            prompt_tokens.append(len(token_ids))
+            room = self.max_model_len - len(token_ids)
+            if room < 16:
+                self._engine.abort_request(ids[:i])
+                raise BackendError(
+                    f"the prompt takes {len(token_ids)} tokens and the context holds "
+                    f"{self.max_model_len}",
+                    "raise KEVIN_CONTEXT_TOKENS (the model's limit permitting) or shorten the task",
+                )
+            if starts_in_thought:
+                # The chat template opened the thinking block itself; give the parser the tag.
+                texts[i] = OPEN_TAG + "\n"
+            splitters.append(ThinkSplitter(in_reasoning=starts_in_thought))
+            params = self._sampling_params(
+                temperature=self.temperature,
+                max_tokens=min(self.max_tokens, room),
+                output_kind=self._delta,
+            )
+            self._engine.add_request(ids[i], {"prompt_token_ids": token_ids}, params)
+        index = {request_id: i for i, request_id in enumerate(ids)}
+        cancelled = False
+        while self._engine.has_unfinished_requests():
+            if cancel is not None and cancel.is_set():
+                self._engine.abort_request(ids)
+                cancelled = True
+                break
+            for output in self._engine.step():
+                i = _index_of(index, output.request_id)
+                if i is None:
+                    continue
+                for completion in output.outputs:
+                    delta = completion.text
+                    if delta:
+                        texts[i] += delta
+                        for channel, part in splitters[i].feed(delta):
+                            emit(i, channel, part)
+                    completion_tokens[i] += len(completion.token_ids or ())
+                    if completion.finish_reason:
+                        finish[i] = completion.finish_reason
+        for i, splitter in enumerate(splitters):
+            for channel, part in splitter.flush():
+                emit(i, channel, part)
+        return [
+            Generation(
+                text=texts[i],
+                prompt_tokens=prompt_tokens[i],
+                completion_tokens=completion_tokens[i],
+                finish_reason=finish[i],
+                cancelled=cancelled and finish[i] is None,
+            )
+            for i in range(len(prompts))
+        ]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def close(self) -> None:
+        core = getattr(self._engine, "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _load_tokenizer(self, model: str) -> Any:
+        get = getattr(self._engine, "get_tokenizer", None)
+        tokenizer = get() if callable(get) else None
+        # Older engines hand out a tokenizer group; the Hugging Face tokenizer sits inside.
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model)
+        return tokenizer
+
+    def _encode(self, prompt: str) -> tuple[list[int], bool]:
+        """Token ids of the chat-formatted prompt, and whether the template opened ``<think>``."""
+        if getattr(self._tokenizer, "chat_template", None):
+            rendered = self._tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        else:
+            rendered = prompt
+        starts_in_thought = rendered.rstrip().endswith(OPEN_TAG)
+        # The template already holds any special tokens the model expects.
+        return self._tokenizer.encode(rendered, add_special_tokens=False), starts_in_thought
+
+
+def _index_of(index: dict[str, int], request_id: str) -> int | None:
+    if request_id in index:
+        return index[request_id]
+    # Some vLLM versions add a suffix to keep request ids unique.
+    for known in sorted(index, key=len, reverse=True):
+        if request_id.startswith(known):
+            return index[known]
+    return None
