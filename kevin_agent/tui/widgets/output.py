@@ -1,0 +1,105 @@
+"""The model's output for one turn: reasoning (collapsible), answer or kernel, summary."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Collapsible, Static
+
+from ...results import TurnRecord
+from ..format import kernel_content
+from ..state import LiveTurn
+
+STREAM_TAIL = 8000
+"""While streaming, only the end of the text is redrawn: wrapping 60k characters ten times a
+second would take the UI's time away from key presses."""
+
+
+def _tail(text: str) -> Content:
+    if len(text) <= STREAM_TAIL:
+        return Content(text)
+    return Content.assemble((f"… {len(text) - STREAM_TAIL} characters above\n", "$text-muted"), text[-STREAM_TAIL:])
+
+
+class ModelOutput(VerticalScroll):
+    DEFAULT_CSS = """
+    ModelOutput { height: 1fr; }
+    ModelOutput Collapsible { padding: 0; border-top: none; }
+    ModelOutput Collapsible > Contents { padding: 0 0 0 1; }
+    ModelOutput #reasoning { color: $text-muted; }
+    ModelOutput #summary { margin-top: 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.expand_reasoning: bool | None = None
+        """The person's choice; None lets it follow the turn (open while streaming)."""
+        self._shown: tuple[int, int, bool] | None = None
+
+    def compose(self) -> ComposeResult:
+        with Collapsible(title="reasoning", collapsed=True, id="reasoning-box"):
+            yield Static(id="reasoning")
+        yield Static(id="answer")
+        yield Static(id="summary")
+
+    def on_mount(self) -> None:
+        self.border_title = "model output"
+        self.query_one("#answer", Static).update(Content.styled("waiting for the first turn", "$text-muted"))
+
+    def toggle_reasoning(self) -> None:
+        box = self.query_one(Collapsible)
+        self.expand_reasoning = box.collapsed
+        box.collapsed = not box.collapsed
+
+    def _set_reasoning(self, text: str, title: str, default_open: bool) -> None:
+        box = self.query_one(Collapsible)
+        box.display = bool(text)
+        box.title = title
+        box.collapsed = not (default_open if self.expand_reasoning is None else self.expand_reasoning)
+        self.query_one("#reasoning", Static).update(_tail(text) if default_open else Content(text))
+
+    def show_live(self, live: LiveTurn) -> None:
+        """Redraw the streaming turn; stays at the bottom unless the person scrolled up."""
+        key = (live.trajectory, live.turn, True)
+        follow = self._shown != key or self.scroll_y >= self.max_scroll_y - 1
+        self._shown = key
+        self.border_title = f"model output · trajectory {live.trajectory} turn {live.turn} · {live.phase}"
+        reasoning = live.reasoning_text()
+        self._set_reasoning(reasoning, f"reasoning · {live.reasoning_chars} chars", True)
+        answer = live.answer_text()
+        placeholder = "generating…" if live.phase == "generating" else ""
+        self.query_one("#answer", Static).update(
+            _tail(answer) if answer else Content.styled(placeholder, "italic $text-muted")
+        )
+        self.query_one("#summary", Static).update("")
+        if follow:
+            self.call_after_refresh(self._scroll_end_if_shown, key)
+
+    def _scroll_end_if_shown(self, key: tuple[int, int, bool]) -> None:
+        # Scheduled after a redraw; by then another turn may be on show.
+        if self._shown == key:
+            self.scroll_end(animate=False)
+
+    def show_record(self, record: TurnRecord) -> None:
+        key = (record.trajectory, record.turn, False)
+        if self._shown != key:
+            self.scroll_home(animate=False)
+        self._shown = key
+        self.border_title = f"model output · trajectory {record.trajectory} turn {record.turn}"
+        self._set_reasoning(record.reasoning, f"reasoning · {len(record.reasoning)} chars", False)
+        answer = self.query_one("#answer", Static)
+        if record.code.strip():
+            answer.update(kernel_content(record.code))
+        else:
+            # No kernel could be parsed: the raw answer shows what went wrong.
+            answer.update(Content(record.response) if record.response else Content.styled("(empty response)", "$text-muted"))
+        summary = Content.assemble(("summary: ", "bold"), record.summary) if record.summary.strip() else ""
+        self.query_one("#summary", Static).update(summary)
+
+    def show_nothing(self, message: str) -> None:
+        self._shown = None
+        self.border_title = "model output"
+        self._set_reasoning("", "reasoning", False)
+        self.query_one("#answer", Static).update(Content.styled(message, "$text-muted"))
+        self.query_one("#summary", Static).update("")

@@ -1,0 +1,142 @@
+"""Fixed run records for the TUI tests: no clock, no random ids, so screens render the same every time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kevin_agent.events import RunFinished, RunStarted, TurnFinished, TurnStarted
+from kevin_agent.results import (
+    BestKernel,
+    CheckResult,
+    EvalResult,
+    RunInfo,
+    Stage,
+    Status,
+    TaskRef,
+    TimingStats,
+    TurnRecord,
+    Violation,
+)
+from kevin_agent.store import RunStore
+
+KERNEL_V1 = '''import torch
+from torch.utils.cpp_extension import load_inline
+
+cpp = """
+torch::Tensor affine(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    auto px = x.data_ptr<float>(); auto py = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) py[i] = px[i] * 2.0f + 1.0f;
+    return y;
+}
+"""
+mod = load_inline("affine_v1", cpp_sources=cpp, functions=["affine"])
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return mod.affine(x)
+'''
+
+KERNEL_V2 = KERNEL_V1.replace(
+    "for (int64_t i = 0; i < x.numel(); ++i)", "#pragma omp simd\n    for (int64_t i = 0; i < n; ++i)"
+).replace("auto y = torch::empty_like(x);", "auto y = torch::empty_like(x);\n    const int64_t n = x.numel();")
+
+
+def timing(ms: float) -> TimingStats:
+    return TimingStats(median_ms=ms, mean_ms=ms, std_ms=ms / 50, min_ms=ms * 0.95, max_ms=ms * 1.1,
+                       p10_ms=ms * 0.97, p90_ms=ms * 1.05, runs=20)
+
+
+def correct_eval(kernel_ms: float, eager_ms: float = 0.250) -> EvalResult:
+    return EvalResult(
+        status=Status.CORRECT, stage=Stage.DONE, correct=True, compile_s=31.5, trials=5, trials_passed=5,
+        max_abs_err=2.4e-7, max_rel_err=1.1e-7, atol=1e-5, rtol=1e-5, runtime=timing(kernel_ms),
+        reference=timing(eager_ms), speedup=round(eager_ms / kernel_ms, 3), device="cpu",
+        device_name="Test CPU",
+    )
+
+
+def fixed_records() -> list[TurnRecord]:
+    """Two trajectories of three turns with every kind of outcome the screens draw."""
+    compile_log = "\n".join(
+        ["[1/2] c++ -MMD -MF main.o.d -O3 -c main.cpp -o main.o",
+         "main.cpp:7:55: error: 'n' was not declared in this scope",
+         "    7 |     for (int64_t i = 0; i < n; ++i) py[i] = px[i] * 2.0f + 1.0f;",
+         "      |                                                       ^",
+         "ninja: build stopped: subcommand failed."]
+    )
+    common = dict(prompt="Replace the operators of Model with custom kernels...", reasoning="Fuse the multiply and add.")
+    return [
+        TurnRecord(trajectory=0, turn=1, status=Status.PARSE_ERROR, response="I would write a kernel.",
+                   feedback="Your answer failed to parse: no code block found.",
+                   parse_error="no ```python code block in the answer", **common),
+        TurnRecord(trajectory=1, turn=1, status=Status.CHECK_FAILED, code=KERNEL_V1.replace(
+                   "return mod.affine(x)", "return x * 2 + 1"), summary="Used torch ops.",
+                   feedback="Your kernel failed the checks: [torch-compute] ModelNew.forward calls torch ops.",
+                   check=CheckResult(passed=False, violations=[Violation(
+                       rule="torch-compute", message="ModelNew.forward computes with torch operators", line=17)]),
+                   response="```python\n...\n```", **common),
+        TurnRecord(trajectory=0, turn=2, status=Status.CORRECT, code=KERNEL_V1, summary="A plain loop in C++.",
+                   feedback="Your kernel was correct with a speedup of 1.25x.", response="```python\n...\n```",
+                   eval=correct_eval(0.200), prompt_tokens=812, completion_tokens=640, **common),
+        TurnRecord(trajectory=1, turn=2, status=Status.COMPILE_ERROR, code=KERNEL_V2.replace(
+                   "const int64_t n = x.numel();", ""), summary="Vectorised the loop.",
+                   feedback="Your kernel failed to compile: 'n' was not declared in this scope.",
+                   eval=EvalResult(status=Status.COMPILE_ERROR, stage=Stage.COMPILE, compile_log=compile_log,
+                                   error="'n' was not declared in this scope", compile_s=12.0),
+                   response="```python\n...\n```", **common),
+        TurnRecord(trajectory=0, turn=3, status=Status.CORRECT, code=KERNEL_V2, summary="Vectorised the loop.",
+                   feedback="Your kernel was correct with a speedup of 2.00x.", response="```python\n...\n```",
+                   eval=correct_eval(0.125), prompt_tokens=1460, completion_tokens=702, **common),
+        TurnRecord(trajectory=1, turn=3, status=Status.INCORRECT, code=KERNEL_V1.replace("2.0f", "3.0f"),
+                   summary="Changed the constant.", response="```python\n...\n```",
+                   feedback="Your kernel was incorrect: max abs error 1.0e+00 over tolerance.",
+                   eval=EvalResult(status=Status.INCORRECT, stage=Stage.CORRECTNESS, trials=5, trials_passed=0,
+                                   max_abs_err=1.0, max_rel_err=0.5, atol=1e-5, rtol=1e-5,
+                                   error="max abs error 1.0e+00 over tolerance", compile_s=30.2),
+                   **common),
+    ]
+
+
+def fixed_info(run_id: str, *, status: str, created_at: str, turns: int = 3, best: BestKernel | None = None,
+               name: str = "affine") -> RunInfo:
+    return RunInfo(
+        run_id=run_id, created_at=created_at, status=status,
+        task=TaskRef(path=f"/project/{name}.py", name=name, class_name="Model", digest="0123456789abcdef"),
+        device="cpu", device_name="Test CPU", backend="scripted", model="scripted (hand-written responses)",
+        turns=turns, trajectories=2, best=best,
+    )
+
+
+def build_store(root: Path) -> Path:
+    """A runs root with one finished run (all fixed records) and one interrupted run."""
+    records = fixed_records()
+    best = BestKernel(trajectory=0, turn=3, speedup=2.0, kernel_path="kernels/t0_turn3.py")
+    done = RunStore.create(root, fixed_info("20250101-120000-affine-0001", status="completed",
+                                            created_at="2025-01-01T12:00:00+00:00", best=best))
+    for rec in records:
+        done.append(rec)
+    cut = RunStore.create(root, fixed_info("20250102-090000-affine-0002", status="interrupted",
+                                           created_at="2025-01-02T09:00:00+00:00", turns=4))
+    for rec in records[:2]:
+        cut.append(rec)
+    return root
+
+
+def run_events(records: list[TurnRecord] | None = None) -> list:
+    """The events a finished run of the fixed records emits, tokens left out."""
+    records = records if records is not None else fixed_records()
+    events: list = [RunStarted(run_id="20250101-120000-affine-0001", run_dir="/nonexistent", task="affine",
+                               device="cpu", device_name="Test CPU", backend="scripted",
+                               model="scripted (hand-written responses)", turns=3, trajectories=2)]
+    best: BestKernel | None = None
+    for rec in records:
+        events.append(TurnStarted(trajectory=rec.trajectory, turn=rec.turn))
+        if rec.speedup is not None and (best is None or rec.speedup > best.speedup):
+            best = BestKernel(trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup,
+                              kernel_path=f"/runs/kernels/t{rec.trajectory}_turn{rec.turn}.py")
+        events.append(TurnFinished(record=rec, best=best))
+    events.append(RunFinished(run_id="20250101-120000-affine-0001", reason="completed", best=best,
+                              turns_done=len(records)))
+    return events
