@@ -84,9 +84,16 @@ def cpp_batch(cpu_evaluator):
     return dict(zip(["compile_error", "segfault_cpp", "honest_cpp", "honest_cpp_again"], results)), stages
 
 
+RUNTIME_CHEATS = ["wrong_values", "never_written", "modifies_input", "cached_output", "returns_input",
+                  "torch_compute", "try_fallback", "patch_perf_counter", "patch_compare", "lazy_subclass",
+                  "late_thread", "constant_output"]
+
+
 @pytest.fixture(scope="session")
-def python_batch(cpu_evaluator):
-    """Run-time cheats that need no compiler (the evaluator does not rely on the static checks)."""
-    names = ["wrong_values", "never_written", "modifies_input", "cached_output", "returns_input",
-             "honest_python"]
-    return dict(zip(names, cpu_evaluator.evaluate([runtime_source(n) for n in names])))
+def python_batch(cpu_evaluator, scale_task, cpu_settings):
+    """Run-time cheats that need no compiler (the evaluator does not rely on the static checks),
+    and the plain-PyTorch honest candidate with the operator audit off (it is on by default)."""
+    results = dict(zip(RUNTIME_CHEATS, cpu_evaluator.evaluate([runtime_source(n) for n in RUNTIME_CHEATS])))
+    no_audit = LocalEvaluator(scale_task, cpu_settings.model_copy(update={"op_audit": False}))
+    (results["honest_python"],) = no_audit.evaluate([runtime_source("honest_python")])
+    return results

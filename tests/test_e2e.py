@@ -96,7 +96,7 @@ def test_commit_holds_only_the_tools_files(finished):
     status = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True).stdout
     assert ".kevin" not in status  # excluded through .git/info/exclude
     report = (repo / "rmsnorm_kevin_report.md").read_text()
-    assert "rmsnorm_kevin_report.png" in report and "| " in report and "parse_error" in report
+    assert "rmsnorm_kevin_report.png" in report and "| " in report and "parse error" in report
 
 
 def test_progress_lines_on_stderr(finished):

@@ -107,7 +107,7 @@ def test_the_tool_process_imports_neither_torch_nor_the_candidate(tmp_path):
     code = (
         "import sys\nfrom pathlib import Path\n"
         "from kevin_agent.evaluate import EvalSettings, LocalEvaluator\nfrom kevin_agent.task import load_task\n"
-        f"ev = LocalEvaluator(load_task({str(task)!r}), EvalSettings(device='cpu', timed_runs=3, "
+        f"ev = LocalEvaluator(load_task({str(task)!r}), EvalSettings(device='cpu', timed_runs=3, op_audit=False, "
         f"cache_dir=Path({str(tmp_path / 'b')!r})))\n"
         f"ev.probe()\nr = ev.evaluate([Path({str(cand)!r}).read_text()])[0]\n"
         "print(r.status.value, 'torch' in sys.modules, 'kevin_candidate' in sys.modules, r.error)\n"
@@ -201,6 +201,23 @@ def test_returning_an_input_is_rejected(python_batch):
     assert res.status is Status.INCORRECT and "shares memory with input 0" in res.error
 
 
+@pytest.mark.parametrize(("name", "status", "reason"), [
+    ("torch_compute", Status.CHECK_FAILED, "[no-torch-compute] ModelNew ran PyTorch compute operators: aten::mul"),
+    ("try_fallback", Status.CHECK_FAILED, "aten::mul"),
+    ("patch_perf_counter", Status.CHECK_FAILED, "[no-monkeypatch] after loading, the candidate had rebound "
+                                                "time.perf_counter"),
+    ("patch_compare", Status.CHECK_FAILED, "kevin_agent.evaluate.correctness.compare"),
+    ("lazy_subclass", Status.INCORRECT, "output is a Lazy, a torch.Tensor subclass"),
+    ("late_thread", Status.INCORRECT, "got nan"),
+    ("constant_output", Status.INCORRECT, "differ beyond atol"),
+])
+def test_run_time_guards_catch_what_the_static_checks_would(python_batch, name, status, reason):
+    """Evaluated without the static checks: the worker's own guards must still reject these."""
+    res = python_batch[name]
+    assert res.status is status and reason in res.error, (res.status, res.error)
+    assert res.speedup is None
+
+
 HANG = '''
 import subprocess
 import torch.nn as nn
@@ -241,7 +258,7 @@ def _alive(pid: int) -> bool:
 def test_hang_times_out_kills_the_group_and_the_next_candidate_runs(tmp_path, scale_task):
     pidfile = tmp_path / "child.pid"
     settings = EvalSettings(device="cpu", cache_dir=tmp_path / "b", run_timeout_s=30, compile_timeout_s=30,
-                            timed_runs=3, warmup_runs=1)
+                            timed_runs=3, warmup_runs=1, op_audit=False)
     evaluator = LocalEvaluator(scale_task, settings)
     hang, at_import, honest = evaluator.evaluate(
         [HANG.format(pidfile=str(pidfile)), HANG_AT_IMPORT, runtime_source("honest_python")])
@@ -285,43 +302,3 @@ def test_tolerances_per_dtype_and_overrides():
             compare(cand, ref, None, None, Outcome())
     with pytest.raises(Mismatch):
         compare(torch.tensor([1, 2]), torch.tensor([1, 3]), 10.0, 10.0, Outcome())
-
-
-# --- the GPU (run on the GPU machine) -------------------------------------------------------
-ADD_TASK = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a + b
-
-
-def get_inputs():
-    return [torch.randn(1 << 22, device="cuda"), torch.randn(1 << 22, device="cuda")]
-
-
-def get_init_inputs():
-    return []
-'''
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-def test_cuda_honest_add_and_never_written_output(tmp_path):
-    from .evalfixtures import CHEATS
-
-    task = load_task(write_task(tmp_path, ADD_TASK, "add_task.py"))
-    evaluator = LocalEvaluator(task, EvalSettings(device="cuda", cache_dir=tmp_path / "b", compare_compile=False))
-    evaluator.probe()
-    assert "NVIDIA" in evaluator.device_name and evaluator.versions().get("cuda")
-    honest = (CHEATS / "honest_cuda.py").read_text()
-    never = honest.replace("out[i] = a[i] + b[i];", "")
-    crash = honest.replace("out[i] = a[i] + b[i];", "out[i + (1 << 30)] = a[i];")
-    good, unwritten, illegal, after = evaluator.evaluate([honest, never, crash, honest])
-    assert good.status is Status.CORRECT and good.speedup and good.runtime.runs == 100, good.error
-    assert unwritten.status is Status.INCORRECT
-    assert illegal.status is Status.RUNTIME_ERROR
-    assert after.status is Status.CORRECT

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .timing import _cuda_sync
+
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-7, 1e-7),
     torch.float32: (1e-4, 1e-4),
@@ -174,19 +176,39 @@ def poisoned_memory(device: str):
 
 
 def poison_free_blocks(device: str, nbytes: int) -> None:
-    """Leave NaN in the caching allocator's free blocks, where a never-written output would land
-    (raw allocator allocations skip the fill of ``empty``)."""
+    """Leave NaN in the caching allocator's free blocks, where a never-written output would land.
+
+    ``fill_uninitialized_memory`` covers ``torch.empty`` and its kin, from Python and C++; a
+    kernel that takes memory from the allocator another way (``raw_alloc``, ``from_blob`` on a
+    pointer it kept) would still see old values. So every free block the allocator holds is
+    taken once, largest first (best fit hands out the block of that size), filled and given
+    back, and one large block covers memory the allocator has not handed out yet."""
     if device != "cuda":
         return
-    block = torch.empty(max(nbytes, 64 << 20) // 4, dtype=torch.float32, device="cuda")
-    block.fill_(float("nan"))
-    torch.cuda.synchronize()
-    del block
+    sizes = []
+    for segment in torch.cuda.memory_snapshot():
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive" and block.get("size", 0) >= 512:
+                sizes.append(int(block["size"]))
+    held = []
+    for size in sorted(sizes, reverse=True)[:4096]:
+        held.append(torch.empty(size // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
+    held.append(torch.empty(max(nbytes, 64 << 20) // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
+    _cuda_sync()
+    del held
+
+
+def check_plain_tensors(outputs) -> None:
+    """Outputs must be plain tensors: a subclass can defer or fake the work at comparison time."""
+    for path, out in leaves(outputs):
+        if isinstance(out, torch.Tensor) and type(out) is not torch.Tensor:
+            raise Mismatch(f"{path} is a {type(out).__name__}, a torch.Tensor subclass; return plain "
+                           "tensors that your kernel wrote")
 
 
 def sync(device: str) -> None:
     if device == "cuda":
-        torch.cuda.synchronize()
+        _cuda_sync()
 
 
 def nbytes_of(values) -> int:
@@ -202,11 +224,13 @@ def run_trial(candidate: Callable, reference: Callable, inputs: Sequence, *, dev
         mine = clone_all(inputs)
         first = candidate(*mine)
         sync(device)
+        check_plain_tensors(first)
         check_inputs_unchanged(mine, pristine)
         check_no_alias(first, mine)
         first_copy = [v.clone() if isinstance(v, torch.Tensor) else v for _, v in leaves(first)]
         again = candidate(*clone_all(inputs))
         sync(device)
+        check_plain_tensors(again)
         expected = reference(*clone_all(inputs))
         sync(device)
     compare(first_copy, expected, atol, rtol, outcome)

@@ -83,7 +83,9 @@ class LocalEvaluator:
 
     # --- environment ---------------------------------------------------------------------
     def _env(self, build_folder: Path | None) -> dict[str, str]:
-        extra = {"TORCHINDUCTOR_CACHE_DIR": str(self.settings.cache_dir / "inductor")}
+        # One compile thread: inductor's process pool costs more to start than a small graph takes.
+        extra = {"TORCHINDUCTOR_CACHE_DIR": str(self.settings.cache_dir / "inductor"),
+                 "TORCHINDUCTOR_COMPILE_THREADS": "1"}
         if build_folder is not None:
             extra["TORCH_EXTENSIONS_DIR"] = str(build_folder)
         if self.device == "cuda":
@@ -101,7 +103,8 @@ class LocalEvaluator:
         return dict(mode=mode, device=self.device, task_path=str(self.task.path), class_name=self.task.class_name,
                     candidate_path=str(candidate or ""), correctness_trials=s.correctness_trials, atol=s.atol,
                     rtol=s.rtol, warmup_runs=s.warmup_runs, timed_runs=s.timed_runs,
-                    compare_compile=s.compare_compile, seed=s.seed, cpu_threads=s.cpu_threads)
+                    compare_compile=s.compare_compile, seed=s.seed, cpu_threads=s.cpu_threads,
+                    op_audit=s.op_audit)
 
     # --- probe ---------------------------------------------------------------------------
     def probe(self) -> TaskProbe:

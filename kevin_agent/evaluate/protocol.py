@@ -30,6 +30,7 @@ class Job(BaseModel):
     compare_compile: bool = False
     seed: int = 0
     cpu_threads: int | None = 1
+    op_audit: bool = True
 
 
 class WorkerReply(BaseModel):

@@ -44,6 +44,10 @@ class EvalSettings(BaseModel):
     cpu_threads: int | None = Field(1, ge=1)
     """cpu device: intra-op threads for the candidate and the reference alike (None: torch's
     default). One thread keeps timings stable on shared machines and compares like with like."""
+    op_audit: bool = True
+    """Run the candidate once under a dispatch mode and reject it (check_failed) if it calls a
+    PyTorch compute operator, from Python or from its C++ code: the run-time side of the
+    no-torch-compute rule. Off only for tests whose candidates are plain PyTorch on purpose."""
     seed: int = 0
     """Base seed: trial ``i`` uses ``seed + i``; models are built under ``seed``."""
 

@@ -22,8 +22,20 @@ import torch
 from ..results import TimingStats
 
 _perf_counter = time.perf_counter
-_cuda_sync = torch.cuda.synchronize
-_CudaEvent = torch.cuda.Event
+_median = statistics.median
+# The C functions under torch.cuda.synchronize and torch.cuda.Event: rebinding the Python
+# wrappers (or the names in torch._C) after this import does not reach these references.
+_c_sync = getattr(torch._C, "_cuda_synchronize", None)
+_EventBase = getattr(torch._C, "_CudaEventBase", None)
+_event_record = getattr(_EventBase, "record", None)
+_event_elapsed = getattr(_EventBase, "elapsed_time", None)
+_event_wait = getattr(_EventBase, "synchronize", None)
+_current_stream = torch.cuda.current_stream
+
+
+def _cuda_sync() -> None:
+    """Device-wide: waits for every stream of the current device, side streams included."""
+    _c_sync()
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -36,7 +48,7 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 def stats(times_ms: Sequence[float]) -> TimingStats:
     s = sorted(times_ms)
     return TimingStats(
-        median_ms=statistics.median(s),
+        median_ms=_median(s),
         mean_ms=statistics.fmean(s),
         std_ms=statistics.pstdev(s) if len(s) > 1 else 0.0,
         min_ms=s[0],
@@ -90,14 +102,15 @@ class Timer:
     def _one(self, fn: Callable, args: Sequence) -> float:
         self.flush()
         if self.device == "cuda":
-            start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
+            start, end = _EventBase(enable_timing=True), _EventBase(enable_timing=True)
+            stream = _current_stream()
             _cuda_sync()
-            start.record()
+            _event_record(start, stream)
             fn(*args)
             _cuda_sync()
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end))
+            _event_record(end, stream)
+            _event_wait(end)
+            return float(_event_elapsed(start, end))
         begin = _perf_counter()
         fn(*args)
         return (_perf_counter() - begin) * 1e3

@@ -22,8 +22,10 @@ import torch
 from ..results import EvalResult, Stage, Status
 from ..task import TaskProbe, TensorSpec
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
-from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, clone_all,
-                          compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values)
+from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
+                          clone_all, compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values,
+                          sync)
+from .guards import Integrity, audit_ops
 from .protocol import Job, WorkerReply
 
 DISTRIBUTIONS = ("as-given", "rescaled")
@@ -31,6 +33,17 @@ DISTRIBUTIONS = ("as-given", "rescaled")
 
 class TaskProblem(Exception):
     """The task file itself cannot be built."""
+
+
+class RuleBroken(Exception):
+    """The candidate did at run time what the static rules forbid (reported as check_failed)."""
+
+
+def check_integrity(integrity: Integrity, when: str) -> None:
+    changed = integrity.changed()
+    if changed:
+        raise RuleBroken(f"[no-monkeypatch] {when}, the candidate had rebound {', '.join(changed[:5])}: "
+                         "patching torch, the timer or the evaluator changes what is measured")
 
 
 def describe(exc: BaseException, *paths: str) -> str:
@@ -196,6 +209,9 @@ def do_run(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
     try:
         task = load_task(job)
         init = call_factory(task, "get_init_inputs", job)
+        if job.device == "cuda":
+            torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the snapshot
+        integrity = Integrity()
         module = import_file(job.candidate_path, "kevin_candidate")
         if not hasattr(module, "ModelNew"):
             return result(Status.RUNTIME_ERROR, "the candidate defines no class ModelNew")
@@ -204,14 +220,17 @@ def do_run(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
         torch.manual_seed(job.seed)
         cand = module.ModelNew(*call_factory(task, "get_init_inputs", job)).to(job.device)
         copy_parameters(ref, cand)
-        return _check_and_time(job, task, ref, cand, outcome, enter, result)
+        check_integrity(integrity, "after loading")
+        return _check_and_time(job, task, ref, cand, outcome, enter, result, integrity)
     except Mismatch as exc:
         return result(Status.INCORRECT, str(exc))
+    except RuleBroken as exc:
+        return result(Status.CHECK_FAILED, str(exc))
     except BaseException as exc:  # candidate code may raise anything, SystemExit included
         return result(Status.RUNTIME_ERROR, describe(exc, job.candidate_path, job.task_path))
 
 
-def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result) -> WorkerReply:
+def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integrity) -> WorkerReply:
     from .timing import Timer
 
     enter(Stage.CORRECTNESS)
@@ -233,11 +252,20 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result) -> Wo
                           "did (the reference's did): the result must be computed from the inputs")
         previous = (got, want)
         outcome.trials_passed += 1
+    check_integrity(integrity, "during the correctness trials")
+    if job.op_audit:
+        computing = audit_ops(cand, make_inputs(task, job, job.seed + 300, "as-given"))
+        sync(job.device)
+        if computing:
+            raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
+                             f"{', '.join(computing[:8])}; compute the result in your own kernel")
+        check_integrity(integrity, "during the operator audit")
 
     enter(Stage.TIMING)
     timer = Timer(job.device)
     timing_inputs = make_inputs(task, job, job.seed + 500, "as-given")
     runtime = timer.time(cand, timing_inputs, warmup=job.warmup_runs, runs=job.timed_runs)
+    check_integrity(integrity, "while it was timed")
     reference = timer.time(ref, clone_all(timing_inputs), warmup=job.warmup_runs, runs=job.timed_runs)
     flags: list[str] = []
     compiled = None
@@ -260,6 +288,7 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result) -> Wo
         with poisoned_memory(job.device), torch.no_grad():
             got = cand(*timing_inputs)
             timer.sync()
+            check_plain_tensors(got)
             check_inputs_unchanged(timing_inputs, fresh)
             check_no_alias(got, timing_inputs)
             want = ref(*clone_all(fresh))
