@@ -1,0 +1,230 @@
+"""The shipped examples are real: task files build, response files parse, kernels work.
+
+The few-shot examples in ``prompts/examples`` and the demo kernels in ``examples/`` are
+compiled with the real toolchain. Every scripted response is compiled only when
+KEVIN_TEST_ALL_RESPONSES=1 (about 20 builds); by default each example's final kernel is.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevin_agent.parsing import parse_response
+from kevin_agent.task import load_task
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+LABEL = "Hand-written demo response"
+
+#: What each scripted CPU response is written to produce, turn by turn.
+EXPECTED_CPU = {
+    "rmsnorm": ["parse_error", "compile_error", "incorrect", "correct", "correct",
+                "check_failed", "runtime_error", "correct"],
+    "bias_gelu": ["parse_error", "compile_error", "incorrect", "correct", "correct",
+                  "correct", "runtime_error", "correct"],
+    "softmax": ["parse_error", "compile_error", "incorrect", "correct", "correct",
+                "correct", "check_failed", "correct"],
+}
+NAMES = sorted(EXPECTED_CPU)
+ALL_RESPONSES = os.environ.get("KEVIN_TEST_ALL_RESPONSES") == "1"
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def import_file(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def responses(name: str, device: str = "cpu") -> list[str]:
+    lines = (EXAMPLES / f"{name}.{device}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines if line.strip()]
+
+
+def build_models(task_module, candidate_module, device: str):
+    """Both models from the same seed, as an evaluator builds them."""
+    init = task_module.get_init_inputs()
+    torch.manual_seed(1234)
+    reference = task_module.Model(*init).to(device)
+    torch.manual_seed(1234)
+    candidate = candidate_module.ModelNew(*init).to(device)
+    return reference, candidate
+
+
+def assert_matches(task_module, reference, candidate, device: str, trials: int = 3) -> None:
+    with torch.no_grad():
+        for trial in range(trials):
+            torch.manual_seed(trial)
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in task_module.get_inputs()]
+            if trial == trials - 1:
+                # A second input distribution: larger magnitudes.
+                inputs = [x * 6 if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                          for x in inputs]
+            kept = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            out = candidate(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            expected = reference(*inputs)
+            assert out.shape == expected.shape and out.dtype == expected.dtype
+            torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+            for before, after in zip(kept, inputs):
+                if isinstance(before, torch.Tensor):
+                    assert torch.equal(before, after), "the reference's inputs changed"
+
+
+# --- task files ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_task_file_loads_and_builds_inputs(name):
+    task = load_task(EXAMPLES / f"{name}.py")
+    assert task.name == name and task.class_name == "Model"
+    module = import_file(task.path, f"kevin_example_task_{name}")
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs())
+    inputs = module.get_inputs()
+    assert inputs and all(isinstance(x, torch.Tensor) and x.dtype == torch.float32 for x in inputs)
+    with torch.no_grad():
+        out = model(*inputs)
+    assert out.shape == inputs[0].shape and torch.isfinite(out).all()
+
+
+def test_readme_documents_every_example():
+    readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    for name in NAMES:
+        assert f"{name}.py" in readme and f"{name}.cpu.jsonl" in readme and f"{name}.cuda.jsonl" in readme
+    assert "hand-written" in readme.lower()
+
+
+# --- response files ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cpu_responses_parse_as_scripted(name):
+    texts = responses(name, "cpu")
+    assert len(texts) == len(EXPECTED_CPU[name]) == 8
+    for turn, (text, expected) in enumerate(zip(texts, EXPECTED_CPU[name]), start=1):
+        parsed = parse_response(text)
+        assert LABEL in parsed.reasoning, f"turn {turn} is not labelled"
+        if expected == "parse_error":
+            assert parsed.error is not None, f"turn {turn} should not parse"
+            continue
+        assert parsed.error is None, f"turn {turn}: {parsed.error}"
+        assert parsed.summary, f"turn {turn} has no summary"
+        assert "cpp_sources" in parsed.code and "cuda_sources" not in parsed.code
+        if expected == "correct":
+            tree = ast.parse(parsed.code)
+            assert not any(isinstance(n, (ast.Try, ast.Pass)) for n in ast.walk(tree)), turn
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_responses_parse(name):
+    texts = responses(name, "cuda")
+    assert texts
+    for turn, text in enumerate(texts, start=1):
+        parsed = parse_response(text)
+        assert LABEL in parsed.reasoning, f"turn {turn} is not labelled"
+        assert parsed.error is None, f"turn {turn}: {parsed.error}"
+        assert "__global__" in parsed.code and "cuda_sources" in parsed.code
+        assert parsed.summary
+
+
+def compile_and_compare(name: str, turn: int, tmp_path: Path, device: str = "cpu") -> None:
+    code = parse_response(responses(name, device)[turn - 1]).code
+    path = tmp_path / f"{name}_{device}_turn{turn}.py"
+    path.write_text(code, encoding="utf-8")
+    task_module = import_file(EXAMPLES / f"{name}.py", f"kevin_example_ref_{name}")
+    candidate_module = import_file(path, f"kevin_example_new_{name}_{device}_{turn}")
+    reference, candidate = build_models(task_module, candidate_module, device)
+    assert_matches(task_module, reference, candidate, device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_final_cpu_kernel_is_correct(name, tmp_path):
+    compile_and_compare(name, len(EXPECTED_CPU[name]), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ALL_RESPONSES, reason="set KEVIN_TEST_ALL_RESPONSES=1 to build every response")
+@pytest.mark.parametrize(
+    ("name", "turn"),
+    [(n, t) for n in NAMES for t, s in enumerate(EXPECTED_CPU[n], start=1)
+     if s in ("compile_error", "incorrect", "correct", "runtime_error")],
+)
+def test_every_cpu_response_behaves_as_scripted(name, turn, tmp_path):
+    expected = EXPECTED_CPU[name][turn - 1]
+    if expected == "correct":
+        compile_and_compare(name, turn, tmp_path)
+        return
+    with pytest.raises((RuntimeError, AssertionError)) as info:
+        compile_and_compare(name, turn, tmp_path)
+    text = str(info.value)
+    if expected == "compile_error":
+        assert "Error building extension" in text
+    elif expected == "incorrect":
+        assert isinstance(info.value, AssertionError) and "Mismatched elements" in text
+    else:
+        assert isinstance(info.value, RuntimeError) and "Error building" not in text
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_final_cuda_kernel_is_correct(name, tmp_path):
+    compile_and_compare(name, len(responses(name, "cuda")), tmp_path, device="cuda")
+
+
+# --- the few-shot examples shown to the model ---------------------------------------------
+
+def example_path(name: str) -> Path:
+    return Path(str(resources.files("kevin_agent.prompts.examples").joinpath(name)))
+
+
+@pytest.mark.slow
+def test_cpu_few_shot_example_compiles_and_adds():
+    module = import_file(example_path("cpu_add.py"), "kevin_prompt_example_cpu_add")
+    a, b = torch.randn(3, 1000), torch.randn(3, 1000)
+    torch.testing.assert_close(module.ModelNew()(a, b), a + b, rtol=0, atol=0)
+
+
+def test_cuda_few_shot_example_is_well_formed():
+    source = example_path("cuda_add.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    assert any("__global__" in s for s in strings)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "load_inline"]
+    assert calls and {"cpp_sources", "cuda_sources", "functions"} <= {k.arg for k in calls[0].keywords}
+    assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cuda_few_shot_example_runs():
+    module = import_file(example_path("cuda_add.py"), "kevin_prompt_example_cuda_add")
+    a, b = torch.randn(1, 4096, device="cuda"), torch.randn(1, 4096, device="cuda")
+    torch.testing.assert_close(module.ModelNew()(a, b), a + b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_static_checks_agree_with_the_script(name):
+    from kevin_agent.checks import run_checks
+
+    for turn, (text, expected) in enumerate(zip(responses(name, "cpu"), EXPECTED_CPU[name]), start=1):
+        parsed = parse_response(text)
+        if expected == "parse_error":
+            continue
+        result = run_checks(parsed.code, "cpu")
+        assert result.passed == (expected != "check_failed"), f"turn {turn}: {result.summary()}"
+    for turn, text in enumerate(responses(name, "cuda"), start=1):
+        result = run_checks(parse_response(text).code, "cuda")
+        assert result.passed, f"cuda turn {turn}: {result.summary()}"
