@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 import jinja2
 from pydantic import BaseModel
@@ -48,11 +49,20 @@ class RenderedPrompt(BaseModel):
     """Tokens of ``text`` as counted by the backend."""
 
 
+def prompts_dir():
+    """The templates: the ``kevin_agent.prompts`` package of an install, or ``prompts/`` of a
+    source checkout run through PYTHONPATH (as on a GPU machine where nothing is installed)."""
+    try:
+        return resources.files("kevin_agent.prompts")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[1] / "prompts"
+
+
 class _PackageLoader(jinja2.BaseLoader):
     """Templates from the ``kevin_agent.prompts`` package, so a wheel install finds them."""
 
     def get_source(self, environment: jinja2.Environment, template: str):
-        path = resources.files("kevin_agent.prompts").joinpath(template)
+        path = prompts_dir().joinpath(template)
         if not path.is_file():
             raise jinja2.TemplateNotFound(template)
         return path.read_text(encoding="utf-8"), None, lambda: True
@@ -78,7 +88,7 @@ def example_source(device: str) -> str:
             f"no prompt example for device {device!r}",
             f"known devices: {', '.join(sorted(EXAMPLE_FILES))}",
         )
-    return resources.files("kevin_agent.prompts.examples").joinpath(name).read_text(encoding="utf-8")
+    return prompts_dir().joinpath("examples", name).read_text(encoding="utf-8")
 
 
 def trim_error(error: str) -> str:

@@ -69,6 +69,9 @@ def toolchain(device: str) -> dict[str, str]:
     """Versions that decide whether a build can be reused (and that run.json records)."""
     cxx = os.environ.get("CXX", "c++")
     out = {"torch": torch_version(), "compiler": _first_line([cxx, "--version"])}
+    if device == "cpu":
+        # Kernels may build with -march=native: a build is only good for the CPU it was made on.
+        out["cpu"] = cpu_model()
     if device == "cuda":
         home = cuda_home()
         if home:
@@ -79,6 +82,21 @@ def toolchain(device: str) -> dict[str, str]:
             out["driver"] = driver.strip()
             out["arch"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or cap.strip()
     return out
+
+
+def cpu_model() -> str:
+    """The CPU's name and a digest of its feature flags (what -march=native depends on)."""
+    name, flags = os.uname().machine, ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name == os.uname().machine:
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = hashlib.sha256(value.strip().encode()).hexdigest()[:12]
+    except OSError:
+        pass
+    return f"{name} [{flags}]" if flags else name
 
 
 def build_key(source: str, device: str) -> str:
