@@ -9,7 +9,7 @@ from typing import Any
 
 from .cli import EXIT_INTERRUPTED, EXIT_NONE, EXIT_OK, interactive, write_json
 from .config import RunConfig, load_config
-from .errors import KevinError, UsageError
+from .errors import UsageError
 from .progress import ProgressPrinter, fmt_speedup, turn_line
 from .registry import Registry
 from .results import TurnRecord

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -19,7 +19,7 @@ from .config import RunConfig
 from .parsing import parse_response
 from .prompting import Attempt, feedback_sentence, render_prompt
 from .protocols import Backend, Evaluator, EventSink, Generation
-from .results import BestKernel, CheckResult, EvalResult, Status, TurnRecord
+from .results import BestKernel, CheckResult, EvalResult, Status, TurnRecord, best_record
 from .store import RunStore, now_iso
 from .task import Task
 
@@ -39,13 +39,7 @@ class RunOutcome(BaseModel):
     records: list[TurnRecord]
 
 
-def best_of(records: Sequence[TurnRecord]) -> TurnRecord | None:
-    """The verified turn with the highest speedup (earliest wins a tie)."""
-    best = None
-    for rec in records:
-        if rec.correct and rec.speedup is not None and (best is None or rec.speedup > best.speedup):
-            best = rec
-    return best
+best_of = best_record
 
 
 class Engine:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .results import EvalResult, RunInfo, Status, TimingStats, TurnRecord
+from .results import EvalResult, RunInfo, Status, TimingStats, TurnRecord, best_record
 
 REPORT_FORMAT = 1
 """Version of the JSON report layout; bumped when a field changes meaning."""
@@ -38,14 +38,6 @@ with warnings.catch_warnings():
         json: Path
         chart: Path
 
-
-def best_record(records: Sequence[TurnRecord]) -> TurnRecord | None:
-    """The correct turn with the highest speedup (earliest wins a tie)."""
-    best = None
-    for rec in records:
-        if rec.correct and rec.speedup is not None and (best is None or rec.speedup > best.speedup):
-            best = rec
-    return best
 
 
 def report_stem_paths(out_dir: Path, stem: str) -> ReportPaths:

@@ -140,6 +140,15 @@ class TurnRecord(BaseModel):
         return self.status is Status.CORRECT
 
 
+def best_record(records) -> TurnRecord | None:
+    """The verified turn with the highest speedup (earliest wins a tie)."""
+    best = None
+    for rec in records:
+        if rec.correct and rec.speedup is not None and (best is None or rec.speedup > best.speedup):
+            best = rec
+    return best
+
+
 class BestKernel(BaseModel):
     trajectory: int
     turn: int

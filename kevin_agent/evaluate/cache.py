@@ -84,6 +84,17 @@ def toolchain(device: str) -> dict[str, str]:
     return out
 
 
+def cpu_name() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it ('' when unknown)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def cpu_model() -> str:
     """The CPU's name and a digest of its feature flags (what -march=native depends on)."""
     name, flags = os.uname().machine, ""

@@ -49,13 +49,7 @@ def host_device_name(device: str) -> str:
             return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
         except (OSError, subprocess.SubprocessError):
             return ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cache.cpu_name()
 
 
 @dataclass

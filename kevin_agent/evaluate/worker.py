@@ -25,6 +25,7 @@ from . import timing  # noqa: F401  (binds the timer functions before candidate 
 from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
                           clone_all, compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values,
                           sync)
+from .cache import cpu_name
 from .guards import Integrity, audit_ops
 from .protocol import Job, WorkerReply
 
@@ -110,13 +111,7 @@ def spec(value) -> TensorSpec | str:
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name(torch.cuda.current_device())
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_name() or platform.processor() or platform.machine()
 
 
 def versions() -> dict[str, str]:

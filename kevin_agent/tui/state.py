@@ -18,7 +18,7 @@ from ..events import (
     TurnFinished,
     TurnStarted,
 )
-from ..results import BestKernel, TurnRecord
+from ..results import BestKernel, TurnRecord, best_record
 
 TurnKey = tuple[int, int]
 
@@ -133,13 +133,10 @@ class RunState:
 
 
 def best_of(records: list[TurnRecord]) -> BestKernel | None:
-    best: BestKernel | None = None
-    for rec in records:
-        if rec.speedup is not None and (best is None or rec.speedup > best.speedup):
-            best = BestKernel(
-                trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup, kernel_path=rec.kernel_path or ""
-            )
-    return best
+    rec = best_record(records)
+    if rec is None or rec.speedup is None:
+        return None
+    return BestKernel(trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup, kernel_path=rec.kernel_path or "")
 
 
 def best_curve(records: list[TurnRecord]) -> list[float]:
