@@ -9,7 +9,7 @@ from typing import Any
 
 from .cli import EXIT_INTERRUPTED, EXIT_NONE, EXIT_OK, interactive, write_json
 from .config import RunConfig, load_config
-from .errors import UsageError
+from .errors import KevinError, UsageError
 from .progress import ProgressPrinter, fmt_speedup, turn_line
 from .registry import Registry
 from .results import TurnRecord
@@ -65,6 +65,18 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
         print(f"kevin-opt: interrupted; finished turns are saved. Continue with: kevin-opt resume "
               f"{engine.store.info.run_id}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except KevinError as exc:
+        # The backend or environment failed mid-run: say so, keep what finished, point at resume.
+        print(f"kevin-opt: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        print(f"kevin-opt: {len(engine.records)} finished turns are saved. Continue with: kevin-opt resume "
+              f"{engine.store.info.run_id}", file=sys.stderr)
+        if args.json_path:
+            summary = run_summary(engine, engine.records)
+            summary.update(exit_code=exc.exit_code, reason="failed", error=exc.message)
+            write_json(args.json_path, summary)
+        return exc.exit_code
     finally:
         engine.evaluator.close()
         engine.backend.close()

@@ -41,7 +41,7 @@ def run_args(*extra):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     repo = rmsnorm_repo(tmp_path_factory.mktemp("e2e"))
-    proc = kevin(*run_args("--json", "summary.json", "--min-speedup", "0"), cwd=repo)
+    proc = kevin(*run_args("--json", "summary.json", "--min-speedup", "0", "--junit", "junit.xml"), cwd=repo)
     return repo, proc
 
 
@@ -158,3 +158,32 @@ def test_killed_run_resumes_without_losing_or_repeating_turns(tmp_path):
     assert [json.loads(x)["turn"] for x in after] == list(range(1, TURNS + 1))
     statuses = [t["status"] for t in json.loads((repo / "r.json").read_text())["turns"]]
     assert statuses[:4] == ["parse_error", "compile_error", "incorrect", "correct"]
+
+
+def test_junit_reporter_plugin(finished):
+    import xml.etree.ElementTree as ET
+
+    repo, _ = finished
+    suite = ET.parse(repo / "junit.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    cases = suite.findall("testcase")
+    assert len(cases) == TURNS + 1  # one per turn, plus the best kernel as the suite's verdict
+    assert cases[0].find("failure") is not None and cases[3].find("failure") is None
+    assert "best" in cases[-1].get("name") and cases[-1].find("failure") is None
+
+
+def test_check_command_on_a_verified_and_a_cheating_candidate(finished, tmp_path):
+    repo, _ = finished
+    best = json.loads((repo / "summary.json").read_text())["best"]["kernel_path"]
+    proc = kevin("check", repo / "rmsnorm.py", best, "--device", "cpu", "--timed-runs", "10", "--json",
+                 tmp_path / "c.json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "c.json").read_text())
+    assert out["status"] == "correct" and out["correct"] is True
+    assert out["speedup"] > 0 and out["runtime_ms"] > 0 and out["reference_ms"] > 0 and out["reasons"] == []
+    cheat = tmp_path / "cheat.py"
+    cheat.write_text(open(best).read() + "\n\ntry:\n    import os\nexcept ImportError:\n    os = None\n")
+    proc = kevin("check", repo / "rmsnorm.py", cheat, "--device", "cpu", "--json", tmp_path / "d.json")
+    assert proc.returncode == 1
+    out = json.loads((tmp_path / "d.json").read_text())
+    assert out["status"] == "check_failed" and any("no-try-except" in r for r in out["reasons"])

@@ -6,10 +6,17 @@ stepped here, and each step's new text (``RequestOutputKind.DELTA``) goes straig
 overlap: the loop calls ``generate`` for a whole turn, then evaluates.
 
 vLLM is imported only when this backend is built, so the rest of the tool works without it.
+
+``KEVIN_VLLM_ENGINE_ARGS`` takes a JSON object of further ``vllm.EngineArgs`` fields, merged over
+the ones set here: ``{"enforce_eager": true}`` skips torch.compile and CUDA-graph capture (a
+faster start), ``{"attention_backend": "TRITON_ATTN"}`` picks the attention kernels,
+``{"quantization": "fp8"}`` shrinks the weights.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import uuid
 from collections.abc import Sequence
@@ -19,6 +26,8 @@ from ..config import RunConfig
 from ..errors import BackendError, EnvironmentUnavailable
 from ..protocols import Generation, TokenCallback
 from .streaming import OPEN_TAG, SerialCallback, ThinkSplitter
+
+ENGINE_ARGS_ENV = "KEVIN_VLLM_ENGINE_ARGS"
 
 INSTALL_HINT = (
     "pip install 'kevin-opt[vllm]' on a GPU machine, or use --backend openai --base-url "
@@ -36,6 +45,22 @@ def _import_vllm() -> Any:
         raise EnvironmentUnavailable(f"vLLM is installed but cannot be imported: {exc}",
                                      INSTALL_HINT) from None
     return vllm
+
+
+def extra_engine_args() -> dict[str, Any]:
+    """The ``EngineArgs`` fields given in ``KEVIN_VLLM_ENGINE_ARGS`` (a JSON object), if any."""
+    raw = os.environ.get(ENGINE_ARGS_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BackendError(f"{ENGINE_ARGS_ENV} is not valid JSON: {exc}",
+                           f'give a JSON object, for example {ENGINE_ARGS_ENV}=\'{{"enforce_eager": true}}\'') from None
+    if not isinstance(value, dict):
+        raise BackendError(f"{ENGINE_ARGS_ENV} must be a JSON object, not {type(value).__name__}",
+                           f'for example {ENGINE_ARGS_ENV}=\'{{"enforce_eager": true}}\'')
+    return value
 
 
 def _require_gpu() -> None:
@@ -65,15 +90,21 @@ class VLLMBackend:
         self.temperature = config.temperature
         self._delta = RequestOutputKind.DELTA
         self._sampling_params = vllm.SamplingParams
-        args = vllm.EngineArgs(
-            model=config.model,
-            dtype="bfloat16",
-            max_model_len=config.context_tokens,
-            tensor_parallel_size=config.tensor_parallel_size,
+        fields: dict[str, Any] = {
+            "model": config.model,
+            "dtype": "bfloat16",
+            "max_model_len": config.context_tokens,
+            "tensor_parallel_size": config.tensor_parallel_size,
             # The rest of the GPU's memory is left to kernel evaluation on the same GPU.
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            disable_log_stats=True,
-        )
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "disable_log_stats": True,
+        }
+        fields.update(extra_engine_args())
+        try:
+            args = vllm.EngineArgs(**fields)
+        except TypeError as exc:
+            raise BackendError(f"vLLM rejected the engine arguments: {exc}",
+                               f"check the field names in {ENGINE_ARGS_ENV}") from None
         try:
             self._engine = vllm.LLMEngine.from_engine_args(args)
         except Exception as exc:  # noqa: BLE001 - vLLM raises many kinds; the person needs one message
