@@ -203,3 +203,29 @@ def test_vllm_backend_without_gpu_says_so(monkeypatch, tmp_path):
     with pytest.raises(EnvironmentUnavailable, match="needs an NVIDIA GPU") as info:
         make_backend(RunConfig(backend="vllm"))
     assert info.value.exit_code == 3
+
+
+def test_vllm_engine_args_from_the_environment(monkeypatch):
+    """KEVIN_VLLM_ENGINE_ARGS adds EngineArgs fields; unset or blank adds none."""
+    from kevin_agent.backends.vllm import extra_engine_args
+
+    monkeypatch.delenv("KEVIN_VLLM_ENGINE_ARGS", raising=False)
+    assert extra_engine_args() == {}
+    monkeypatch.setenv("KEVIN_VLLM_ENGINE_ARGS", "  ")
+    assert extra_engine_args() == {}
+    monkeypatch.setenv("KEVIN_VLLM_ENGINE_ARGS",
+                       '{"enforce_eager": true, "attention_backend": "TRITON_ATTN"}')
+    assert extra_engine_args() == {"enforce_eager": True, "attention_backend": "TRITON_ATTN"}
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("{enforce_eager: true}", "is not valid JSON"),
+    ('["enforce_eager"]', "must be a JSON object, not list"),
+])
+def test_vllm_backend_refuses_malformed_engine_args(monkeypatch, raw, message):
+    """A malformed setting stops the run (exit 3) before vLLM or a GPU is looked for."""
+    monkeypatch.setenv("KEVIN_VLLM_ENGINE_ARGS", raw)
+    with pytest.raises(BackendError, match=message) as info:
+        make_backend(RunConfig(backend="vllm"))
+    assert "KEVIN_VLLM_ENGINE_ARGS='{\"enforce_eager\": true}'" in info.value.hint
+    assert info.value.exit_code == 3

@@ -265,6 +265,10 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
     app = KevinApp(lambda sink: start_run(config, repo / "affine.py", sink), runs_root=repo / ".kevin" / "runs")
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.outcome is not None, what="the run to finish")
+        # The TUI asks before it commits, and says what it would commit.
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60, "the commit question")
+        assert "affine_kevin.py" in text_of(app, "#dialog-body Static")
+        await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
         screen = app.run_screen
         assert [r.status for r in app.outcome.records] == [Status.PARSE_ERROR, Status.COMPILE_ERROR, Status.CORRECT]
@@ -394,6 +398,8 @@ def test_cli_in_tmux_shows_turns_feedback_and_speedups(tmp_path, size):
         screen = ""
         while time.monotonic() < deadline:
             screen = capture(session)
+            if "commit the best kernel?" in screen:
+                subprocess.run(["tmux", "send-keys", "-t", session, "y"], check=True)
             status_line = (screen.splitlines() or [""])[1:2]
             if status_line and re.match(r"\s*(finished · (committed|written|nothing)|failed|stopped)", status_line[0]):
                 break

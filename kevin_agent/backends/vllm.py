@@ -52,14 +52,15 @@ def extra_engine_args() -> dict[str, Any]:
     raw = os.environ.get(ENGINE_ARGS_ENV, "").strip()
     if not raw:
         return {}
+    example = f"""for example {ENGINE_ARGS_ENV}='{{"enforce_eager": true}}'"""
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise BackendError(f"{ENGINE_ARGS_ENV} is not valid JSON: {exc}",
-                           f'give a JSON object, for example {ENGINE_ARGS_ENV}=\'{{"enforce_eager": true}}\'') from None
+        raise BackendError(f"{ENGINE_ARGS_ENV} is not valid JSON: {exc}", example) from None
     if not isinstance(value, dict):
-        raise BackendError(f"{ENGINE_ARGS_ENV} must be a JSON object, not {type(value).__name__}",
-                           f'for example {ENGINE_ARGS_ENV}=\'{{"enforce_eager": true}}\'')
+        raise BackendError(
+            f"{ENGINE_ARGS_ENV} must be a JSON object, not {type(value).__name__}", example
+        )
     return value
 
 
@@ -80,6 +81,8 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, config: RunConfig) -> None:
+        # Read first, so a malformed setting is reported even where vLLM or the GPU is missing.
+        extra = extra_engine_args()
         vllm = _import_vllm()
         _require_gpu()
         from vllm.sampling_params import RequestOutputKind
@@ -99,7 +102,7 @@ class VLLMBackend:
             "gpu_memory_utilization": config.gpu_memory_utilization,
             "disable_log_stats": True,
         }
-        fields.update(extra_engine_args())
+        fields.update(extra)
         try:
             args = vllm.EngineArgs(**fields)
         except TypeError as exc:
@@ -107,7 +110,7 @@ class VLLMBackend:
                                f"check the field names in {ENGINE_ARGS_ENV}") from None
         try:
             self._engine = vllm.LLMEngine.from_engine_args(args)
-        except Exception as exc:  # noqa: BLE001 - vLLM raises many kinds; the person needs one message
+        except Exception as exc:  # vLLM raises many kinds; the person needs one message
             raise BackendError(
                 f"vLLM could not start model {config.model!r}: {type(exc).__name__}: {exc}",
                 "check the model name or path, --tensor-parallel-size, and that the GPU has room "

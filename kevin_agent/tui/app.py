@@ -194,13 +194,13 @@ class KevinApp(App[int]):
         self._plan_commit(self.engine)
 
     @work(thread=True, group="plan", exit_on_error=False)
-    def _plan_commit(self, engine: Engine) -> tuple[Engine, DeliveryPlan | None]:
+    def _plan_commit(self, engine: Engine, at_end: bool = False) -> tuple[Engine, DeliveryPlan | None, bool]:
         from ..delivery import plan_delivery
 
         config = engine.config.model_copy(update={"commit": True})
-        return engine, plan_delivery(engine.task, engine.store.info, engine.store.records(), config)
+        return engine, plan_delivery(engine.task, engine.store.info, engine.store.records(), config), at_end
 
-    def _confirm_commit(self, engine: Engine, plan: DeliveryPlan | None) -> None:
+    def _confirm_commit(self, engine: Engine, plan: DeliveryPlan | None, at_end: bool = False) -> None:
         if plan is None:
             floor = engine.config.min_speedup
             self.notify(f"no verified kernel reaches --min-speedup {floor:g}x yet", severity="warning")
@@ -210,6 +210,9 @@ class KevinApp(App[int]):
         def answered(yes: bool | None) -> None:
             if yes:
                 self._deliver(engine, commit=True)
+            elif at_end:
+                # Declined at the end of the run: keep the files, commit nothing.
+                self._deliver(engine, commit=False)
 
         self.push_screen(ConfirmScreen("commit the best kernel?", body, yes="Commit"), answered)
 
@@ -261,7 +264,9 @@ class KevinApp(App[int]):
         best = outcome.best
         assert self.engine is not None
         if best is not None and best.speedup >= self.engine.config.min_speedup:
-            if self.deliver_at_end:
+            if self.deliver_at_end and self.engine.config.commit:
+                self._plan_commit(self.engine, at_end=True)  # ask before committing
+            elif self.deliver_at_end:
                 self._deliver(self.engine)
         else:
             self.exit_code = EXIT_NONE
