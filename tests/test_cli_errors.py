@@ -73,3 +73,14 @@ def test_show_unknown_run_exits_2(tmp_path):
 def test_history_of_an_empty_store(tmp_path):
     proc = kevin("history", "--run-dir", tmp_path)
     assert proc.returncode == 0 and "no runs" in proc.stdout
+
+
+def test_inputs_that_fail_to_build_exit_2(tmp_path):
+    task = tmp_path / "layer.py"
+    task.write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+        "def get_inputs():\n    return [torch.randn(4, 'eight')]\ndef get_init_inputs():\n    return []\n"
+    )
+    proc = kevin("run", task, "--device", "cpu", "--backend", "scripted", "--responses", tmp_path / "r.jsonl",
+                 "--run-dir", tmp_path / "runs", "--headless")
+    assert_clean_failure(proc, 2, str(task), "get_inputs")

@@ -97,6 +97,11 @@ def test_commit_holds_only_the_tools_files(finished):
     assert ".kevin" not in status  # excluded through .git/info/exclude
     report = (repo / "rmsnorm_kevin_report.md").read_text()
     assert "rmsnorm_kevin_report.png" in report and "| " in report and "parse error" in report
+    # The best kernel's timings against eager, and its correctness evidence.
+    assert "| eager PyTorch |" in report and "median (ms)" in report and "trials passed: 5 / 5" in report
+    assert (repo / "rmsnorm_kevin_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((repo / "rmsnorm_kevin_report.json").read_text())
+    assert json.dumps(data).count("median_ms") >= 2
 
 
 def test_progress_lines_on_stderr(finished):
