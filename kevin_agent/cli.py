@@ -75,6 +75,8 @@ def _add_run_flags(p: argparse.ArgumentParser, *, resume: bool = False) -> None:
     e.add_argument("--rtol", type=_nonneg_float, help="relative tolerance (default per dtype)")
     e.add_argument("--correctness-trials", type=_positive_int, help="correctness trials (default 5)")
     e.add_argument("--timed-runs", type=_positive_int, help="timed runs per measurement")
+    e.add_argument("--compare-compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time torch.compile of the reference (default: on for cuda, off for cpu)")
     o = p.add_argument_group("output")
     o.add_argument("--headless", action="store_true", help="plain progress on stderr, no TUI")
     o.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write a JSON summary")
@@ -115,6 +117,7 @@ def build_parser(reporters: dict[str, Any] | None = None) -> argparse.ArgumentPa
     check.add_argument("--rtol", type=_nonneg_float)
     check.add_argument("--correctness-trials", type=_positive_int)
     check.add_argument("--timed-runs", type=_positive_int)
+    check.add_argument("--compare-compile", action=argparse.BooleanOptionalAction, default=None)
 
     history = sub.add_parser("history", help="list runs")
     history.add_argument("--run-dir", type=Path, metavar="DIR")

@@ -18,7 +18,7 @@ from .store import RunStore, default_runs_root, list_runs
 CONFIG_FLAGS = (
     "turns", "trajectories", "target_speedup", "min_speedup", "backend", "model", "responses", "temperature",
     "max_tokens", "context_tokens", "tensor_parallel_size", "gpu_memory_utilization", "base_url", "device",
-    "class_name", "atol", "rtol", "correctness_trials", "timed_runs", "branch", "out", "run_dir",
+    "class_name", "atol", "rtol", "correctness_trials", "timed_runs", "compare_compile", "branch", "out", "run_dir",
 )
 
 

@@ -180,12 +180,13 @@ def test_junit_reporter_plugin(finished):
 def test_check_command_on_a_verified_and_a_cheating_candidate(finished, tmp_path):
     repo, _ = finished
     best = json.loads((repo / "summary.json").read_text())["best"]["kernel_path"]
-    proc = kevin("check", repo / "rmsnorm.py", best, "--device", "cpu", "--timed-runs", "10", "--json",
-                 tmp_path / "c.json")
+    proc = kevin("check", repo / "rmsnorm.py", best, "--device", "cpu", "--timed-runs", "10", "--compare-compile",
+                 "--json", tmp_path / "c.json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads((tmp_path / "c.json").read_text())
     assert out["status"] == "correct" and out["correct"] is True
     assert out["speedup"] > 0 and out["runtime_ms"] > 0 and out["reference_ms"] > 0 and out["reasons"] == []
+    assert out["speedup_vs_compile"] > 0  # torch.compile of the reference timed in the same worker
     cheat = tmp_path / "cheat.py"
     cheat.write_text(open(best).read() + "\n\ntry:\n    import os\nexcept ImportError:\n    os = None\n")
     proc = kevin("check", repo / "rmsnorm.py", cheat, "--device", "cpu", "--json", tmp_path / "d.json")
