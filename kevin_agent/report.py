@@ -205,7 +205,7 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         f"| device | {info.device}" + (f" ({info.device_name})" if info.device_name else "") + " |",
         f"| backend / model | {info.backend} / `{info.model}` |",
         f"| run | `{info.run_id}` ({info.status}, {len(records)} turns evaluated, "
-        f"{info.trajectories} trajectories x {info.turns} turns) |",
+        f"{info.trajectories} {'trajectory' if info.trajectories == 1 else 'trajectories'} x {info.turns} turns) |",
     ]
     for key in ("torch", "cuda", "driver", "python", "compiler", "kevin-opt"):
         if versions.get(key):
