@@ -246,6 +246,13 @@ async def test_engine_failures_are_handled_in_one_place(tmp_path):
         messages = [n.message for n in app._notifications]
         assert any("no such file" in m and "hint:" in m for m in messages), messages
 
+    # As `kevin-opt FILE` opens it: a run that cannot start closes the app with the error's code.
+    app = KevinApp(lambda sink: start_run(config, missing, sink), runs_root=tmp_path / "runs",
+                   exit_on_start_error=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.start_error is not None, 60, "the start to fail")
+    assert app.exit_code == 2 and "no such file" in app.start_error.message
+
     def broken(sink):
         raise RuntimeError("a bug")
 

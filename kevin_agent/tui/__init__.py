@@ -18,8 +18,13 @@ def run_tui(config: RunConfig, task_file: Path) -> int:
 
     task_file = Path(task_file)
     runs_root = config.run_dir or default_runs_root(task_file.expanduser().resolve().parent)
-    app = KevinApp(lambda sink: start_run(config, task_file, sink), runs_root=runs_root)
+    app = KevinApp(lambda sink: start_run(config, task_file, sink), runs_root=runs_root, exit_on_start_error=True)
     app.run()
+    if app.start_error is not None:
+        print(f"kevin-opt: error: {app.start_error.message}", file=sys.stderr)
+        if app.start_error.hint:
+            print(f"  hint: {app.start_error.hint}", file=sys.stderr)
+        return app.start_error.exit_code
     if app.outcome is None and app.engine is not None:
         print(
             f"kevin-opt: stopped; finished turns are saved. Continue with: "

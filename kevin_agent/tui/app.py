@@ -67,6 +67,7 @@ class KevinApp(App[int]):
         runs_root: Path | None = None,
         resume_factory: ResumeFactory | None = None,
         deliver_at_end: bool = True,
+        exit_on_start_error: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Open the run screen when ``engine_factory`` is given, the history screen otherwise."""
@@ -75,6 +76,10 @@ class KevinApp(App[int]):
         self.runs_root = Path(runs_root) if runs_root is not None else None
         self.resume_factory = resume_factory or self._resume_from_store
         self.deliver_at_end = deliver_at_end
+        # `kevin-opt FILE` that cannot start (bad task, no backend) ends like the headless command:
+        # the app closes and the error is printed on stderr with its exit code.
+        self.exit_on_start_error = exit_on_start_error
+        self.start_error: KevinError | None = None
         self.sink = TuiSink(self)
         self.run_screen = RunScreen(clock)
         self.history_screen: HistoryScreen | None = None
@@ -163,7 +168,7 @@ class KevinApp(App[int]):
         notice = message.event
         self.run_screen.apply(notice)
         severity = {"info": "information"}.get(notice.level, notice.level)
-        self.notify(notice.message, severity=severity, timeout=8)
+        self.notify(notice.message, severity=severity, timeout=8, markup=False)
 
     def on_tokens_ready(self, message: TokensReady) -> None:
         chunks = self.sink.drain()
@@ -245,9 +250,14 @@ class KevinApp(App[int]):
             self.running = False
             self.exit_code = error.exit_code if isinstance(error, KevinError) else EXIT_NONE
             self.run_screen.set_status("failed", "$text-error")
+        if (worker.group == "engine" and self.engine is None and self.exit_on_start_error
+                and isinstance(error, KevinError)):
+            self.start_error = error
+            self.exit(self.exit_code)
+            return
         if isinstance(error, KevinError):
             message = error.message + (f"\nhint: {error.hint}" if error.hint else "")
-            self.notify(message, title="kevin-opt", severity="error", timeout=30)
+            self.notify(message, title="kevin-opt", severity="error", timeout=30, markup=False)
         else:
             text = "".join(traceback.format_exception(error))
             self.push_screen(ErrorScreen(f"unexpected error in {worker.group}", text))
@@ -285,7 +295,7 @@ class KevinApp(App[int]):
             self.run_screen.add_status(f"committed {delivery.commit[:10]}", "$text-success")
         elif written:
             self.run_screen.add_status("written, not committed", "$text-warning")
-        self.notify("\n".join(delivery.notes) or "nothing to do", title="delivery", timeout=15,
+        self.notify("\n".join(delivery.notes) or "nothing to do", title="delivery", timeout=15, markup=False,
                     severity="information" if delivery.committed or written else "warning")
 
     # --- quitting ---------------------------------------------------------------------------
