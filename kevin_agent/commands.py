@@ -78,15 +78,13 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
             write_json(args.json_path, summary)
         return exc.exit_code
     finally:
-        engine.evaluator.close()
-        engine.backend.close()
+        engine.close()
     return finish_run(engine, outcome, args, registry)
 
 
 def finish_run(engine, outcome, args, registry: Registry) -> int:
     """Deliver the best kernel, write the summaries, pick the exit code."""
     from .delivery import deliver
-    from .gitops import find_repo
 
     config: RunConfig = engine.config
     records = outcome.records
@@ -101,13 +99,7 @@ def finish_run(engine, outcome, args, registry: Registry) -> int:
     summary["commit"] = delivery.commit
     summary["kernel_module"] = str(delivery.kernel_path) if delivery.kernel_path else None
     summary["report"] = delivery.report.model_dump(mode="json") if delivery.report else None
-    # Outside a git repository there is nothing to commit into: writing the files is the whole job.
-    repo = find_repo(engine.task.path.parent)
-    in_repo = repo is not None
-    if repo is not None:
-        repo.close()
-    done = delivery.committed or not config.commit or not in_repo
-    code = EXIT_OK if delivery.kernel_path is not None and done else EXIT_NONE
+    code = EXIT_OK if delivery.succeeded(config.commit) else EXIT_NONE
     for name, reporter in registry.reporters.items():
         path = getattr(args, f"reporter_{name}", None)
         if path is not None:

@@ -57,6 +57,13 @@ class Delivery(BaseModel):
     branch: str | None = None
     notes: list[str] = Field(default_factory=list)
     """What was done, and why something was not."""
+    in_repo: bool = False
+    """The task lies in a git repository (outside one there is nothing to commit into)."""
+
+    def succeeded(self, commit_wanted: bool) -> bool:
+        """The headless contract's success: the kernel was written, and committed when a commit
+        was wanted and possible."""
+        return self.kernel_path is not None and (self.committed or not commit_wanted or not self.in_repo)
 
 
 def commit_message(task: Task, info: RunInfo, best: TurnRecord) -> str:
@@ -156,7 +163,7 @@ def _write_and_commit(task: Task, info: RunInfo, records: Sequence[TurnRecord], 
         gitops.ensure_excluded(repo)
         keep = _dirty_targets(repo, plan.paths)
 
-    delivery = Delivery()
+    delivery = Delivery(in_repo=repo is not None)
     notes = delivery.notes
     if plan.kernel_path not in keep:
         plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)

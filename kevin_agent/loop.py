@@ -39,7 +39,6 @@ class RunOutcome(BaseModel):
     records: list[TurnRecord]
 
 
-best_of = best_record
 
 
 class Engine:
@@ -68,14 +67,15 @@ class Engine:
         self._cancel.set()
 
     def best(self) -> TurnRecord | None:
-        return best_of(self.records)
+        return best_record(self.records)
 
     def best_kernel(self) -> BestKernel | None:
-        rec = self.best()
-        if rec is None or rec.speedup is None:
-            return None
-        return BestKernel(trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup,
-                          kernel_path=str(self.store.dir / (rec.kernel_path or "")))
+        return BestKernel.of(self.records, self.store.dir)
+
+    def close(self) -> None:
+        """Give back the evaluator's workers and the backend (a vLLM engine holds the GPU)."""
+        self.evaluator.close()
+        self.backend.close()
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> RunOutcome:

@@ -156,6 +156,16 @@ class BestKernel(BaseModel):
     kernel_path: str
     """Absolute path of the kernel source in the run directory."""
 
+    @classmethod
+    def of(cls, records, run_dir=None) -> BestKernel | None:
+        """The best verified turn of ``records``, its kernel path joined to ``run_dir`` if given."""
+        rec = best_record(records)
+        if rec is None or rec.speedup is None:
+            return None
+        path = rec.kernel_path or ""
+        return cls(trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup,
+                   kernel_path=str(run_dir / path) if run_dir is not None else path)
+
 
 class TaskRef(BaseModel):
     path: str

@@ -68,6 +68,21 @@ def make_backend(registry: Registry, config: RunConfig, *, skip: int = 0):
     return factory(config, skip=skip)
 
 
+def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, device: str, *, skip: int = 0,
+                       on_probed=None):
+    """Evaluator first (the task is probed, cheap and the usual source of mistakes), then the
+    backend (which may load a 32B model); nothing is left running if either fails."""
+    evaluator = make_evaluator(registry, task, config, device)
+    try:
+        task.probe = evaluator.probe()
+        if on_probed is not None:
+            on_probed(evaluator)
+        return evaluator, make_backend(registry, config, skip=skip)
+    except BaseException:
+        evaluator.close()
+        raise
+
+
 def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None) -> Engine:
     registry = registry or build_registry()
     task = load_task(task_file, config.class_name)
@@ -76,13 +91,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
     if config.backend == "scripted" and config.responses is None:
         raise ConfigError("--backend scripted needs --responses PATH", "point it at a JSONL file of responses, "
                           "e.g. examples/rmsnorm.cpu.jsonl")
-    evaluator = make_evaluator(registry, task, config, device)
-    try:
-        task.probe = evaluator.probe()
-        backend = make_backend(registry, config)
-    except BaseException:
-        evaluator.close()
-        raise
+    evaluator, backend = _probe_and_connect(registry, task, config, device)
     root = config.run_dir or default_runs_root(task.path.parent)
     info = RunInfo(
         run_id=new_run_id(task.name), created_at=now_iso(),
@@ -122,16 +131,13 @@ def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, o
     device = info.device
     if config.turns != info.turns:
         store.update_info(turns=config.turns)
-    evaluator = make_evaluator(registry, task, config, device)
-    try:
-        task.probe = evaluator.probe()
+    def warn_if_moved(evaluator) -> None:
         if evaluator.device_name and info.device_name and evaluator.device_name != info.device_name:
             sink.emit(Notice(level="warning", message=f"this run started on {info.device_name} and resumes "
                                                        f"on {evaluator.device_name}; speedups are not comparable"))
-        backend = make_backend(registry, config, skip=len(store.records()))
-    except BaseException:
-        evaluator.close()
-        raise
+
+    evaluator, backend = _probe_and_connect(registry, task, config, device, skip=len(store.records()),
+                                            on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
                   check=make_checker(registry))
 

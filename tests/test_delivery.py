@@ -205,3 +205,14 @@ def test_delivered_module_replaces_the_original_class(tmp_path, monkeypatch, bui
     x = torch.randn(64, 128)
     assert torch.equal(module.ModelNew()(x), torch.relu(x))
     assert "from my_relu_kevin import ModelNew" in module.__doc__
+
+
+def test_one_success_rule_for_headless_and_tui(tmp_path):
+    from kevin_agent.delivery import Delivery
+
+    written = tmp_path / "k_kevin.py"
+    assert Delivery(kernel_path=written, in_repo=False).succeeded(commit_wanted=True)  # nothing to commit into
+    assert not Delivery(kernel_path=written, in_repo=True).succeeded(commit_wanted=True)  # commit refused
+    assert Delivery(kernel_path=written, in_repo=True).succeeded(commit_wanted=False)  # --no-commit
+    assert Delivery(kernel_path=written, in_repo=True, committed=True).succeeded(commit_wanted=True)
+    assert not Delivery(in_repo=False).succeeded(commit_wanted=False)  # nothing written

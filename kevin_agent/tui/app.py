@@ -140,8 +140,7 @@ class KevinApp(App[int]):
         try:
             return engine.run()
         finally:
-            engine.evaluator.close()
-            engine.backend.close()
+            engine.close()
 
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
         from ..session import resume_run
@@ -289,8 +288,7 @@ class KevinApp(App[int]):
         assert self.engine is not None
         written = delivery.kernel_path is not None
         if not self.running:
-            ok = written and (delivery.committed or not self.engine.config.commit)
-            self.exit_code = EXIT_OK if ok else EXIT_NONE
+            self.exit_code = EXIT_OK if delivery.succeeded(self.engine.config.commit) else EXIT_NONE
         if delivery.committed and delivery.commit:
             self.run_screen.add_status(f"committed {delivery.commit[:10]}", "$text-success")
         elif written:

@@ -18,7 +18,7 @@ from ..events import (
     TurnFinished,
     TurnStarted,
 )
-from ..results import BestKernel, TurnRecord, best_record
+from ..results import BestKernel, TurnRecord
 
 TurnKey = tuple[int, int]
 
@@ -133,10 +133,7 @@ class RunState:
 
 
 def best_of(records: list[TurnRecord]) -> BestKernel | None:
-    rec = best_record(records)
-    if rec is None or rec.speedup is None:
-        return None
-    return BestKernel(trajectory=rec.trajectory, turn=rec.turn, speedup=rec.speedup, kernel_path=rec.kernel_path or "")
+    return BestKernel.of(records)
 
 
 def best_curve(records: list[TurnRecord]) -> list[float]:
