@@ -343,14 +343,17 @@ def _check_load_inline(checker: _Checker, tree: ast.Module, device: str) -> None
                     "load_inline(cpp_sources=..., functions=[...])", calls[0])
 
 
+def syntax_violation(exc: SyntaxError) -> Violation:
+    return Violation(rule="syntax", message=f"syntax error: {exc.msg}; the answer must be complete, "
+                     "valid Python", line=exc.lineno)
+
+
 def run_checks(source: str, device: str) -> CheckResult:
     """Check a candidate source for ``device`` ("cpu" or "cuda"); every broken rule is listed."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        v = Violation(rule="syntax", message=f"syntax error: {exc.msg}; the answer must be complete, "
-                      "valid Python", line=exc.lineno)
-        return CheckResult(passed=False, violations=[v])
+        return CheckResult(passed=False, violations=[syntax_violation(exc)])
     checker = _Checker(device)
     # Names are resolved wherever they are imported: code above an import can still use it at run time.
     for node in ast.walk(tree):

@@ -7,26 +7,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import EXIT_INTERRUPTED, EXIT_NONE, EXIT_OK, interactive, write_json
 from .config import RunConfig, load_config
-from .errors import KevinError, UsageError
-from .progress import ProgressPrinter, fmt_speedup, turn_line
+from .console import interactive, note, print_error, write_json
+from .errors import ExitCode, KevinError, UsageError
+from .formatting import fmt_speedup
+from .progress import ProgressPrinter, turn_line
 from .registry import Registry
 from .results import TurnRecord
 from .store import RunStore, default_runs_root, list_runs
 
-CONFIG_FLAGS = (
-    "turns", "trajectories", "target_speedup", "min_speedup", "backend", "model", "responses", "temperature",
-    "max_tokens", "context_tokens", "tensor_parallel_size", "gpu_memory_utilization", "base_url", "device",
-    "class_name", "atol", "rtol", "correctness_trials", "timed_runs", "compare_compile", "branch", "out", "run_dir",
-)
-
 
 def config_overrides(args) -> dict[str, Any]:
-    given = {name: getattr(args, name, None) for name in CONFIG_FLAGS}
-    if getattr(args, "no_commit", False):
-        given["commit"] = False
-    return given
+    """Every run setting a flag gave (None: not given); flags carry the setting's name as dest."""
+    return {name: getattr(args, name) for name in RunConfig.model_fields if getattr(args, name, None) is not None}
 
 
 def dispatch(args, registry: Registry) -> int:
@@ -45,7 +38,7 @@ def dispatch(args, registry: Registry) -> int:
 
 # --- run / resume ------------------------------------------------------------------------------
 def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
-    from .session import resume_run, start_run
+    from .launch import resume_run, start_run
 
     if not resume:
         config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
@@ -64,12 +57,10 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
     except KeyboardInterrupt:
         print(f"kevin-opt: interrupted; finished turns are saved. Continue with: kevin-opt resume "
               f"{engine.store.info.run_id}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except KevinError as exc:
         # The backend or environment failed mid-run: say so, keep what finished, point at resume.
-        print(f"kevin-opt: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        print_error(exc)
         print(f"kevin-opt: {len(engine.records)} finished turns are saved. Continue with: kevin-opt resume "
               f"{engine.store.info.run_id}", file=sys.stderr)
         if args.json_path:
@@ -89,7 +80,7 @@ def finish_run(engine, outcome, args, registry: Registry) -> int:
     config: RunConfig = engine.config
     records = outcome.records
     info = engine.store.info
-    best = engine.best()
+    best = engine.best_turn()
     summary = run_summary(engine, records)
     delivery = deliver(engine.task, info, records, config)
     for note in delivery.notes:
@@ -99,7 +90,7 @@ def finish_run(engine, outcome, args, registry: Registry) -> int:
     summary["commit"] = delivery.commit
     summary["kernel_module"] = str(delivery.kernel_path) if delivery.kernel_path else None
     summary["report"] = delivery.report.model_dump(mode="json") if delivery.report else None
-    code = EXIT_OK if delivery.succeeded(config.commit) else EXIT_NONE
+    code = ExitCode.OK if delivery.succeeded(config.commit) else ExitCode.NONE
     for name, reporter in registry.reporters.items():
         path = getattr(args, f"reporter_{name}", None)
         if path is not None:
@@ -114,7 +105,7 @@ def finish_run(engine, outcome, args, registry: Registry) -> int:
 
 def run_summary(engine, records: list[TurnRecord]) -> dict[str, Any]:
     info = engine.store.info
-    best = engine.best()
+    best = engine.best_turn()
     return {
         "run_id": info.run_id,
         "task": info.task.path,
@@ -165,18 +156,17 @@ def read_candidate(path: Path) -> str:
 
 def cmd_check(args, registry: Registry) -> int:
     from .results import Status
-    from .session import make_checker, make_evaluator, resolve_device
+    from .launch import resolve_device
     from .task import load_task
 
     config = load_config(config_overrides(args))
     task = load_task(args.reference, config.class_name)
     source = read_candidate(args.candidate)
     device = resolve_device(config)
-    config = config.model_copy(update={"device": device})
-    check = make_checker(registry)(source, device)
+    check = registry.check(source, device)
     result = None
     if check.passed:
-        evaluator = make_evaluator(registry, task, config, device)
+        evaluator = registry.make_evaluator(task, config.eval_settings(device))
         try:
             task.probe = evaluator.probe()
             result = evaluator.evaluate([source])[0]
@@ -207,7 +197,7 @@ def cmd_check(args, registry: Registry) -> int:
         print(f"  {reason.strip()}")
     if args.json_path:
         write_json(args.json_path, out)
-    return EXIT_OK if out["correct"] else EXIT_NONE
+    return ExitCode.OK if out["correct"] else ExitCode.NONE
 
 
 # --- history / show ------------------------------------------------------------------------------
@@ -226,16 +216,16 @@ def cmd_history(args) -> int:
              "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None, "commit": i.commit}
             for i, r in runs
         ], indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     if not runs:
         print(f"no runs in {root}")
-        return EXIT_OK
+        return ExitCode.OK
     print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':>7}")
     for info, records in runs:
         total = info.turns * info.trajectories
         print(f"{info.run_id:<40} {info.task.name[:16]:<16} {info.created_at[:19]:<20} {info.status:<14} "
               f"{len(records):>3}/{total:<3} {fmt_speedup(info.best.speedup if info.best else None):>7}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_show(args) -> int:
@@ -252,7 +242,7 @@ def cmd_show(args) -> int:
             print(f"best {fmt_speedup(info.best.speedup)} at trajectory {info.best.trajectory}, turn {info.best.turn}")
         if info.commit:
             print(f"commit {info.commit}")
-        return EXIT_OK
+        return ExitCode.OK
     rec = store.record(args.trajectory, args.turn)
     if rec is None:
         have = ", ".join(f"t{r.trajectory}/{r.turn}" for r in records) or "none"
@@ -272,4 +262,4 @@ def cmd_show(args) -> int:
         print("\n## prompt\n" + rec.prompt)
     if args.response:
         print("\n## response\n" + rec.response)
-    return EXIT_OK
+    return ExitCode.OK

@@ -1,14 +1,21 @@
-"""Run configuration: CLI flags > ``KEVIN_*`` environment > ``[tool.kevin]`` in the
-person's pyproject.toml > the defaults below. Defaults live here and nowhere else."""
+"""Run configuration: CLI flags > ``KEVIN_*`` environment > ``[tool.kevin]`` in the person's
+pyproject.toml > the defaults below. Defaults live here and nowhere else.
+
+``EvalOptions`` is the part of the settings that decides how candidates are evaluated; ``RunConfig``
+holds it together with everything else, and ``EvalSettings`` is the same options resolved for one
+device, which is what an evaluator and each of its workers receive. The CLI's help text is the
+docstring under each field, so a new option is a field here and a flag in ``cli.py``.
+"""
 
 from __future__ import annotations
 
 import contextvars
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
@@ -18,26 +25,88 @@ DEFAULT_MODEL = "cognition-ai/Kevin-32B"
 _pyproject: contextvars.ContextVar[Path | None] = contextvars.ContextVar("kevin_pyproject", default=None)
 
 
-class RunConfig(BaseSettings):
-    """Everything that shapes one run. Each field is documented for `--help` and the README."""
+def _default_cache_dir() -> Path:
+    # Read here too, so that settings made without the environment layer agree with RunConfig.
+    env = os.environ.get("KEVIN_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kevin-opt" / "builds"
 
-    model_config = SettingsConfigDict(env_prefix="KEVIN_", extra="forbid", validate_default=True)
+
+class EvalOptions(BaseModel):
+    """How candidates are compiled, checked and timed."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    correctness_trials: int = Field(5, ge=1)
+    """Correctness trials, each with a fresh seed; input distributions alternate."""
+    atol: float | None = Field(None, ge=0)
+    """Absolute tolerance; default per dtype (see docs/evaluation.md)."""
+    rtol: float | None = Field(None, ge=0)
+    """Relative tolerance; default per dtype (see docs/evaluation.md)."""
+    warmup_runs: int | None = Field(None, ge=0)
+    """Untimed runs before timing (default 10 on cuda, 3 on cpu)."""
+    timed_runs: int | None = Field(None, ge=1)
+    """Timed runs per measurement; the median is reported (default 100 on cuda, 20 on cpu)."""
+    compare_compile: bool | None = None
+    """Also time torch.compile of the reference (default on for cuda, off for cpu)."""
+    compile_timeout_s: float = Field(600.0, gt=0)
+    """Wall-clock limit for building one candidate, in seconds."""
+    run_timeout_s: float = Field(300.0, gt=0)
+    """Wall-clock limit for checking and timing one candidate (and for probing the task), in seconds."""
+    parallel_compiles: int = Field(4, ge=1)
+    """Candidates built at once."""
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    """Build cache: one folder per candidate source and toolchain (KEVIN_CACHE_DIR)."""
+    cpu_threads: int | None = Field(1, ge=1)
+    """cpu device: intra-op threads for the candidate and the reference alike (None: torch's default).
+    One thread keeps timings stable on shared machines and compares like with like."""
+    op_audit: bool = True
+    """Run the candidate once under a dispatch mode and reject it if it calls a PyTorch compute
+    operator, from Python or from its C++ code: the run-time side of the no-torch-compute rule."""
+    seed: int = 0
+    """Base seed: correctness trial i uses seed + i; models are built under seed."""
+
+
+class EvalSettings(EvalOptions):
+    """``EvalOptions`` resolved for one device: what an evaluator and its workers get."""
+
+    device: Literal["cpu", "cuda"]
+    warmup_runs: int = Field(None, ge=0, validate_default=False)  # type: ignore[assignment]
+    timed_runs: int = Field(None, ge=1, validate_default=False)  # type: ignore[assignment]
+    compare_compile: bool = Field(None, validate_default=False)  # type: ignore[assignment]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_defaults(cls, data: Any) -> Any:
+        """The defaults that depend on the device, filled in where the options left them unset."""
+        if not isinstance(data, dict):
+            return data
+        cuda = data.get("device") == "cuda"
+        device_defaults = {"warmup_runs": 10 if cuda else 3, "timed_runs": 100 if cuda else 20,
+                           "compare_compile": cuda}
+        return {**data, **{k: v for k, v in device_defaults.items() if data.get(k) is None}}
+
+
+class RunConfig(EvalOptions, BaseSettings):
+    """Everything that shapes one run. Each field's docstring is its `--help` text."""
+
+    model_config = SettingsConfigDict(env_prefix="KEVIN_", extra="forbid", validate_default=True,
+                                      use_attribute_docstrings=True)
 
     # --- the loop -------------------------------------------------------------------------
     turns: int = Field(8, ge=1, le=64)
     """Serial refinement turns per trajectory (the paper evaluated 8)."""
     trajectories: int = Field(1, ge=1, le=64)
-    """Independent trajectories refined in parallel; one turn of all of them is one batch."""
+    """Trajectories refined in parallel; one turn of all of them is one batch."""
     target_speedup: float | None = Field(None, gt=0)
     """Stop early once a verified kernel reaches this speedup."""
     min_speedup: float = Field(1.0, ge=0)
-    """A verified kernel must reach this speedup for the run to succeed (exit 0) and commit."""
+    """Speedup a verified kernel must reach for the run to succeed (exit 0) and be committed."""
 
     # --- the model ------------------------------------------------------------------------
-    backend: Literal["vllm", "openai", "scripted"] = "vllm"
-    """Where responses come from: vLLM in-process, an OpenAI-compatible server, or a JSONL script."""
+    backend: str = "vllm"
+    """Where responses come from: vLLM in this process, an OpenAI-compatible server, a JSONL script, or a plugin's backend."""
     model: str = DEFAULT_MODEL
-    """Model name (Hugging Face id for vLLM, served name for openai)."""
+    """Model name (Hugging Face id for vllm, served name for openai)."""
     base_url: str | None = None
     """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."""
     api_key: SecretStr | None = Field(
@@ -49,11 +118,11 @@ class RunConfig(BaseSettings):
     temperature: float = Field(0.9, ge=0)
     """Sampling temperature (Kevin was trained and evaluated at 0.9)."""
     max_tokens: int = Field(16384, ge=16)
-    """Longest response, reasoning included."""
+    """Longest response in tokens, reasoning included."""
     context_tokens: int = Field(32768, ge=1024)
     """Model context length; the earliest attempts are dropped from the prompt to fit."""
     request_timeout_s: float = Field(900.0, gt=0)
-    """Timeout for one request to an OpenAI-compatible server."""
+    """Timeout for one request to an OpenAI-compatible server, in seconds."""
     retries: int = Field(4, ge=0)
     """Retries (with backoff) on connection errors, 429 and 5xx."""
     tensor_parallel_size: int = Field(1, ge=1)
@@ -61,27 +130,9 @@ class RunConfig(BaseSettings):
     gpu_memory_utilization: float = Field(0.80, gt=0, lt=1)
     """vLLM: share of GPU memory for the model; the rest is left for kernel evaluation."""
 
-    # --- evaluation -----------------------------------------------------------------------
-    device: Literal["cuda", "cpu"] | None = None
-    """Where kernels run: cuda when a GPU is present, else cpu."""
-    correctness_trials: int = Field(5, ge=1)
-    """Correctness trials, each with a fresh seed; input distributions alternate."""
-    atol: float | None = Field(None, ge=0)
-    """Absolute tolerance; default per dtype (see docs)."""
-    rtol: float | None = Field(None, ge=0)
-    """Relative tolerance; default per dtype (see docs)."""
-    warmup_runs: int | None = Field(None, ge=0)
-    """Untimed runs before timing (default 10 on cuda, 3 on cpu)."""
-    timed_runs: int | None = Field(None, ge=1)
-    """Timed runs; the median is reported (default 100 on cuda, 20 on cpu)."""
-    compare_compile: bool | None = None
-    """Also time torch.compile of the reference (default on for cuda, off for cpu)."""
-    compile_timeout_s: float = Field(600.0, gt=0)
-    """Wall-clock limit for building one candidate."""
-    run_timeout_s: float = Field(300.0, gt=0)
-    """Wall-clock limit for checking and timing one candidate."""
-    parallel_compiles: int = Field(4, ge=1)
-    """Candidates of one turn compiled at once."""
+    # --- evaluation (the fields of EvalOptions) and where kernels run -------------------------
+    device: str | None = None
+    """Where kernels run (default cuda when a GPU is present, else cpu)."""
 
     # --- output ---------------------------------------------------------------------------
     class_name: str = "Model"
@@ -89,11 +140,11 @@ class RunConfig(BaseSettings):
     run_dir: Path | None = None
     """Where runs are stored (default .kevin/runs in the git repository, else the cwd)."""
     commit: bool = True
-    """Commit the best verified kernel and its report (--no-commit turns it off)."""
+    """Commit the best verified kernel and its report (--no-commit writes them only)."""
     branch: str | None = None
-    """Commit on this new branch instead of the current one."""
+    """Commit on this new branch; the checkout stays where it is."""
     out: Path | None = None
-    """Path of the kernel module (default <task stem>_kevin.py next to the task)."""
+    """Path of the kernel module (default <task>_kevin.py next to the task); the report goes beside it."""
 
     @classmethod
     def settings_customise_sources(
@@ -106,20 +157,26 @@ class RunConfig(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _PyprojectSource(settings_cls))
 
-    def resolved_device_defaults(self) -> dict[str, Any]:
-        """Defaults that depend on the device, filled in once the device is known."""
-        cuda = self.device == "cuda"
-        return {
-            "warmup_runs": self.warmup_runs if self.warmup_runs is not None else (10 if cuda else 3),
-            "timed_runs": self.timed_runs if self.timed_runs is not None else (100 if cuda else 20),
-            "compare_compile": self.compare_compile if self.compare_compile is not None else cuda,
-        }
+    def eval_settings(self, device: str | None = None) -> EvalSettings:
+        """The evaluation options resolved for ``device`` (default: this config's device)."""
+        options = self.model_dump(include=set(EvalOptions.model_fields))
+        return EvalSettings(device=device or self.device, **options)
 
     def public_dict(self) -> dict[str, Any]:
         """The config as recorded in run.json: no secrets."""
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_set"] = self.api_key is not None
         return data
+
+
+def field_help(name: str) -> str:
+    """A setting's docstring with its default, for `--help`."""
+    info = RunConfig.model_fields[name]
+    text = (info.description or "").split("\n")[0].strip().rstrip(".")
+    default = info.get_default(call_default_factory=True)
+    if not (default is None or isinstance(default, bool) or default == "") and "default" not in text:
+        text += f" (default {default})"
+    return text
 
 
 class _PyprojectSource(PydanticBaseSettingsSource):

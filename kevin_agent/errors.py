@@ -6,12 +6,33 @@ The CLI maps these to exit codes and the TUI to notifications. Anything that is 
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The headless contract's exit codes, defined once for the CLI and the TUI."""
+
+    OK = 0
+    """A verified kernel met --min-speedup and was delivered."""
+    NONE = 1
+    """No verified kernel met it (or delivery was refused)."""
+    USAGE = 2
+    """Bad input or usage."""
+    ENVIRONMENT = 3
+    """The environment cannot run it (no GPU, no backend)."""
+    INTERRUPTED = 130
+    """Interrupted by SIGINT (128 + the signal's number; SIGTERM gives 143, SIGHUP 129)."""
+
+    @staticmethod
+    def for_signal(signum: int) -> int:
+        return 128 + signum
+
 
 class KevinError(Exception):
     """An error the person can act on: what went wrong, and what to do about it."""
 
     #: Exit code for the headless contract: 2 bad input or usage, 3 environment cannot run it.
-    exit_code: int = 2
+    exit_code: int = ExitCode.USAGE
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -41,16 +62,16 @@ class RunNotFound(KevinError):
 class EnvironmentUnavailable(KevinError):
     """The environment cannot run this (no GPU, no compiler, backend not installed)."""
 
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT
 
 
 class BackendError(KevinError):
     """The model backend failed: server unreachable, wrong model, script exhausted."""
 
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT
 
 
 class GitError(KevinError):
     """The commit could not be made; the files are written but nothing was committed."""
 
-    exit_code = 1
+    exit_code = ExitCode.NONE

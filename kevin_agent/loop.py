@@ -66,7 +66,7 @@ class Engine:
     def cancel_generation(self) -> None:
         self._cancel.set()
 
-    def best(self) -> TurnRecord | None:
+    def best_turn(self) -> TurnRecord | None:
         return best_record(self.records)
 
     def best_kernel(self) -> BestKernel | None:
@@ -115,7 +115,7 @@ class Engine:
 
     def _check_target(self) -> None:
         target = self.config.target_speedup
-        best = self.best()
+        best = self.best_turn()
         if target is not None and best is not None and best.speedup is not None and best.speedup >= target:
             raise StopRun("target_reached")
 

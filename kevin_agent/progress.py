@@ -6,11 +6,8 @@ import sys
 from typing import TextIO
 
 from . import events as ev
+from .formatting import fmt_speedup
 from .results import Status, TurnRecord
-
-
-def fmt_speedup(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
 
 
 def turn_line(rec: TurnRecord) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -13,6 +15,8 @@ from .results import EvalResult, Stage
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
 TokenCallback = Callable[[int, Literal["reasoning", "text"], str], None]
+#: Called with (index of the prompt in the batch, its generation) as soon as that prompt is done.
+DoneCallback = Callable[[int, "Generation"], None]
 
 
 class Generation(BaseModel):
@@ -41,11 +45,14 @@ class Backend(Protocol):
         *,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        on_done: DoneCallback | None = None,
     ) -> list[Generation]:
         """Answer every prompt; all prompts of one turn come in one call so they can batch.
 
-        When ``cancel`` is set mid-way, return what was generated so far with
-        ``cancelled=True``. Raises ``BackendError`` for failures the person must fix.
+        ``on_done(i, generation)`` is called as soon as prompt ``i`` is answered, while the others
+        still generate, so its candidate can be checked and compiled early. When ``cancel`` is set
+        mid-way, return what was generated so far with ``cancelled=True``. Raises
+        ``BackendError`` for failures the person must fix.
         """
         ...
 
@@ -60,6 +67,10 @@ class Backend(Protocol):
 StageCallback = Callable[[int, Stage], None]
 
 
+#: Called with the stage one candidate's evaluation entered.
+CandidateStageCallback = Callable[[Stage], None]
+
+
 @runtime_checkable
 class Evaluator(Protocol):
     """Compiles, verifies and times candidates for one task, outside the tool's process."""
@@ -67,10 +78,26 @@ class Evaluator(Protocol):
     device: str
     device_name: str
 
+    def submit(self, source: str, *, on_stage: CandidateStageCallback | None = None) -> Future[EvalResult]:
+        """Start evaluating one candidate now: its build (CPU work) begins at once, its device
+        stages wait while ``device_busy`` is held. The future always resolves to an
+        ``EvalResult``, never to an exception, for anything the candidate does."""
+        ...
+
+    def device_busy(self) -> AbstractContextManager[None]:
+        """Held while the model generates on the evaluation device: no candidate's device stages
+        (correctness, timing) start until it is released, so timings never overlap generation."""
+        ...
+
     def evaluate(
         self, sources: Sequence[str], *, on_stage: StageCallback | None = None
     ) -> list[EvalResult]:
-        """One result per source, in order; never raises for a bad candidate."""
+        """Submit every source and wait: one result per source, in order."""
+        ...
+
+    def abort(self) -> None:
+        """Kill every worker and compiler of this evaluator now (the run is being interrupted);
+        futures still pending resolve promptly, their results are not to be recorded."""
         ...
 
     def close(self) -> None: ...

@@ -1,13 +1,17 @@
 """The plugin registry: built-ins, installed entry points and the ``plugins/`` folder.
 
+Every backend, device, check and reporter, built-in or not, comes in through the hooks of
+``hookspecs``, and everything that picks one by name (``--backend``, ``--device``) looks here.
 A plugin that fails to import is skipped and recorded in ``Registry.load_errors`` for the
 CLI to report on stderr; the engine itself never prints.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import inspect
 import os
 import pkgutil
 import traceback
@@ -19,6 +23,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .errors import ConfigError
+from .results import CheckResult, Violation
 
 ENTRY_POINT_GROUP = "kevin_opt"
 
@@ -39,6 +45,36 @@ class Registry:
     load_errors: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
 
+    def make_backend(self, config, *, skip: int = 0):
+        """The backend ``config.backend`` names. ``skip`` is the number of responses a resumed run
+        has already used; only backends that replay a fixed sequence take it."""
+        factory = self.backend_factory(config.backend)
+        return factory(config, skip=skip) if _takes_skip(factory) else factory(config)
+
+    def backend_factory(self, name: str) -> Callable[..., Any]:
+        """The registered factory for ``name``; a clear error listing the names otherwise."""
+        return _lookup(self.backends, "backend", name)
+
+    def device_factory(self, name: str) -> Callable[..., Any]:
+        return _lookup(self.devices, "device", name)
+
+    def make_evaluator(self, task, settings):
+        return self.device_factory(settings.device)(task, settings)
+
+    def check(self, source: str, device: str) -> CheckResult:
+        """Every registered rule on one candidate source; a syntax error stops at the first rule
+        that reports it, since the others read the syntax tree."""
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as exc:
+            from .checks import syntax_violation
+
+            return CheckResult(passed=False, violations=[syntax_violation(exc)])
+        violations: list[Violation] = []
+        for rule in self.checks.values():
+            violations.extend(rule.check(tree, source, device))
+        return CheckResult(passed=not violations, violations=violations)
+
 
 def _folder_modules(folder: Path) -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
@@ -49,9 +85,9 @@ def build_registry(extra_dirs: list[Path] | None = None) -> Registry:
     pm.add_hookspecs(hookspecs)
     reg = Registry()
 
-    from . import builtins as builtin_plugin
+    from . import builtin_plugin
 
-    pm.register(builtin_plugin, name="builtins")
+    pm.register(builtin_plugin, name="builtin")
 
     # The repository's plugins/ folder ships as the package kevin_agent.plugins.
     if _has_shipped_plugins():
@@ -104,3 +140,19 @@ def _register_module(pm: pluggy.PluginManager, reg: Registry, name: str, load, l
         return
     if pm.get_plugin(name) is None:
         pm.register(module, name=name)
+
+
+def _takes_skip(factory: Callable[..., Any]) -> bool:
+    """Plugin factories may take only the config; ``skip`` matters to replaying backends alone."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return "skip" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def _lookup(table: dict[str, Any], what: str, name: str) -> Any:
+    if name not in table:
+        raise ConfigError(f"unknown {what} {name!r}", f"choose one of: {', '.join(sorted(table))} "
+                          f"(plugins can register more)")
+    return table[name]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.backends import BUILTIN_BACKENDS, ScriptedBackend, make_backend
+from kevin_agent.backends.scripted import ScriptedBackend
+from kevin_agent.registry import build_registry
 from kevin_agent.backends.streaming import ThinkSplitter
 from kevin_agent.config import RunConfig
 from kevin_agent.errors import BackendError, ConfigError, EnvironmentUnavailable
@@ -146,8 +147,18 @@ def test_scripted_count_tokens_is_an_estimate(tmp_path):
 # --- selection ------------------------------------------------------------------------------
 
 
-def test_builtin_backends_are_the_three_choices():
-    assert set(BUILTIN_BACKENDS) == {"scripted", "openai", "vllm"}
+def make_backend(config, *, skip=0):
+    return build_registry().make_backend(config, skip=skip)
+
+
+def test_builtin_backends_are_registered_through_the_hooks():
+    assert {"scripted", "openai", "vllm"} <= set(build_registry().backends)
+
+
+def test_unknown_backend_names_the_registered_ones():
+    with pytest.raises(ConfigError, match="unknown backend 'nope'") as info:
+        make_backend(RunConfig(backend="nope"))
+    assert "openai, scripted, vllm" in info.value.hint and info.value.exit_code == 2
 
 
 def test_make_backend_scripted_with_skip(tmp_path):
@@ -173,8 +184,9 @@ def test_make_backend_uses_plugin_factories(tmp_path):
     def plugin_factory(config):  # no skip parameter: plugins need not take one
         return ScriptedBackend(path, model="plugin")
 
-    config = RunConfig(backend="scripted", responses=path)
-    backend = make_backend(config, registry={"scripted": plugin_factory})
+    registry = build_registry()
+    registry.backends["mine"] = plugin_factory
+    backend = registry.make_backend(RunConfig(backend="mine"), skip=3)
     assert backend.model.startswith("plugin")
 
 

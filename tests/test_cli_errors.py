@@ -21,8 +21,8 @@ def assert_clean_failure(proc, code: int, *needles: str) -> None:
     [
         (["run", EX, "--turns", "0"], ["--turns", "at least 1"]),
         (["run", EX, "--turns", "many"], ["not a whole number"]),
-        (["run", EX, "--backend", "gpt"], ["invalid choice", "gpt"]),
-        (["run", EX, "--device", "tpu"], ["invalid choice"]),
+        (["run", EX, "--backend", "gpt"], ["unknown backend 'gpt'", "openai, scripted, vllm"]),
+        (["run", EX, "--device", "tpu"], ["unknown device 'tpu'", "cpu, cuda"]),
         (["run", EX, "--frobnicate"], ["unrecognized arguments", "--frobnicate"]),
         (["run", EX, "--min-speedup", "-1"], ["must not be negative"]),
         (["run"], ["FILE"]),

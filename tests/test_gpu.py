@@ -17,7 +17,8 @@ from .evalfixtures import CHEATS, write_task
 from .gpu_tricks import (COMPILE_HANG, CPP_SOURCE, CUDA_SOURCE, EXT_NAME, FUNCTIONS, HONEST, ISOLATION, TRICKS,
                          source)
 from kevin_agent.checks import run_checks
-from kevin_agent.evaluate import EvalSettings, LocalEvaluator, default_cache_dir
+from kevin_agent.config import RunConfig
+from kevin_agent.evaluate import EvalSettings, LocalEvaluator
 from kevin_agent.results import Stage, Status
 from kevin_agent.task import load_task
 
@@ -75,7 +76,7 @@ def tricks_dir(tmp_path_factory) -> str:
 
 
 def _settings(**kw) -> EvalSettings:
-    base = dict(device="cuda", cache_dir=default_cache_dir(), compare_compile=False, warmup_runs=3,
+    base = dict(device="cuda", cache_dir=RunConfig().cache_dir, compare_compile=False, warmup_runs=3,
                 timed_runs=20, run_timeout_s=60, compile_timeout_s=600, parallel_compiles=8)
     return EvalSettings(**{**base, **kw})
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.backends import OpenAIBackend
+from kevin_agent.backends.openai import OpenAIBackend
 from kevin_agent.config import RunConfig
 from kevin_agent.errors import BackendError
 from kevin_agent.protocols import Backend

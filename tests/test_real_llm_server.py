@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.backends import OpenAIBackend
+from kevin_agent.backends.openai import OpenAIBackend
 from kevin_agent.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]

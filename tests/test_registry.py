@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 from kevin_agent.registry import build_registry
-from kevin_agent.session import make_checker
 
 PLUGIN = '''
 from kevin_agent.hookspecs import hookimpl
@@ -27,7 +26,7 @@ def test_builtins_come_through_the_same_hooks():
     reg = build_registry()
     assert {"vllm", "openai", "scripted"} <= set(reg.backends)
     assert {"cpu", "cuda"} <= set(reg.devices)
-    assert "builtins" in reg.plugins
+    assert "builtin" in reg.plugins and "kevin-opt" in reg.checks
 
 
 def test_folder_plugins_register_and_broken_ones_are_skipped(tmp_path):
@@ -37,8 +36,7 @@ def test_folder_plugins_register_and_broken_ones_are_skipped(tmp_path):
     assert "echo" in reg.backends and "no-printf" in reg.checks
     assert len(reg.load_errors) == 1 and "broken.py" in reg.load_errors[0]
     assert "does_not_exist_anywhere" in reg.load_errors[0]
-    check = make_checker(reg)
-    bad = check('printf("x")\n', "cpu")
+    bad = reg.check('printf("x")\n', "cpu")
     assert not bad.passed and "no-printf" in {v.rule for v in bad.violations}
 
 
@@ -51,3 +49,38 @@ def test_broken_plugin_is_reported_on_stderr_and_the_tool_goes_on(tmp_path):
     assert "broken.py failed to import and was skipped" in proc.stderr
     assert "boom at import" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+REPLAY_PLUGIN = '''
+from kevin_agent.hookspecs import hookimpl
+
+def replay(config, *, skip=0):
+    from kevin_agent.backends.scripted import ScriptedBackend
+
+    return ScriptedBackend(config.responses, skip=skip, model="replay-plugin")
+
+@hookimpl
+def register_backends(register):
+    register("replay", replay)
+'''
+
+
+def test_a_plugin_backend_from_kevin_plugins_dir_runs_a_whole_run(tmp_path):
+    """`--backend NAME` takes any registered name: a folder plugin's backend drives a real run."""
+    import json
+
+    from .clihelp import REPO, kevin
+
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "replay.py").write_text(REPLAY_PLUGIN)
+    summary = tmp_path / "summary.json"
+    proc = kevin("run", REPO / "examples" / "rmsnorm.py", "--device", "cpu", "--backend", "replay",
+                 "--responses", REPO / "examples" / "rmsnorm.cpu.jsonl", "--turns", "1", "--headless",
+                 "--no-commit", "--run-dir", tmp_path / "runs", "--json", summary,
+                 env={"KEVIN_PLUGINS_DIR": str(plugins)})
+    assert proc.returncode == 1, proc.stderr  # the script's first answer has no code: no verified kernel
+    data = json.loads(summary.read_text())
+    assert data["backend"] == "replay" and data["model"].startswith("replay-plugin")
+    assert [t["status"] for t in data["turns"]] == ["parse_error"]
+    assert "replay" in kevin("run", "--help", env={"KEVIN_PLUGINS_DIR": str(plugins)}).stdout

@@ -25,7 +25,7 @@ from kevin_agent.config import RunConfig
 from kevin_agent.events import TokenDelta
 from kevin_agent.registry import build_registry
 from kevin_agent.results import Status
-from kevin_agent.session import resume_run, start_run
+from kevin_agent.launch import resume_run, start_run
 from kevin_agent.store import list_runs
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import TuiSink, message_for

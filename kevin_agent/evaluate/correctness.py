@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -58,10 +58,8 @@ class Outcome:
     max_rel_err: float = 0.0
     atol: float | None = None
     rtol: float | None = None
-    error: str = ""
     compared: bool = False
     """Whether any values were compared (the errors mean nothing before that)."""
-    distributions: list[str] = field(default_factory=list)
 
 
 def tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:

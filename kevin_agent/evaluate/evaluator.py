@@ -8,7 +8,6 @@ candidate, sequentially and holding a lock on the device, so timings never overl
 from __future__ import annotations
 
 import fcntl
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..config import EvalSettings
 from ..errors import EnvironmentUnavailable, TaskError
 from ..protocols import StageCallback
 from ..results import EvalResult, Stage, Status
@@ -26,7 +26,6 @@ from ..task import Task, TaskProbe
 from . import cache
 from .logs import tail, trim_compile_error
 from .pool import WorkerRun, run_worker, scrubbed_env
-from .settings import EvalSettings
 
 
 def detect_device() -> Literal["cuda", "cpu"]:
@@ -93,12 +92,8 @@ class LocalEvaluator:
         return scrubbed_env(extra)
 
     def _job(self, mode: str, candidate: Path | None = None) -> dict:
-        s = self.settings
-        return dict(mode=mode, device=self.device, task_path=str(self.task.path), class_name=self.task.class_name,
-                    candidate_path=str(candidate or ""), correctness_trials=s.correctness_trials, atol=s.atol,
-                    rtol=s.rtol, warmup_runs=s.warmup_runs, timed_runs=s.timed_runs,
-                    compare_compile=s.compare_compile, seed=s.seed, cpu_threads=s.cpu_threads,
-                    op_audit=s.op_audit)
+        return dict(mode=mode, settings=self.settings, task_path=str(self.task.path),
+                    class_name=self.task.class_name, candidate_path=str(candidate or ""))
 
     # --- probe ---------------------------------------------------------------------------
     def probe(self) -> TaskProbe:
@@ -207,6 +202,3 @@ class LocalEvaluator:
 
     def close(self) -> None:
         """Nothing stays running between calls; builds stay in the cache."""
-
-    def clear_cache(self) -> None:
-        shutil.rmtree(self.settings.cache_dir, ignore_errors=True)

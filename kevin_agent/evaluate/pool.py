@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..results import Stage
-from .protocol import Job, WorkerReply
+from .jobs import Job, WorkerReply
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",

@@ -27,7 +27,7 @@ from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_al
                           sync)
 from .cache import cpu_name
 from .guards import Integrity, audit_ops
-from .protocol import Job, WorkerReply
+from .jobs import Job, WorkerReply
 
 DISTRIBUTIONS = ("as-given", "rescaled")
 
@@ -66,7 +66,7 @@ def import_file(path: str, name: str):
     return module
 
 
-def load_task(job: Job):
+def import_task(job: Job):
     sys.path.insert(0, str(Path(job.task_path).parent))
     try:
         module = import_file(job.task_path, "kevin_task")
@@ -94,7 +94,7 @@ def to_device(values: list, device: str) -> list:
 
 def make_inputs(module, job: Job, seed: int, distribution: str) -> list:
     torch.manual_seed(seed)
-    values = to_device(call_factory(module, "get_inputs", job), job.device)
+    values = to_device(call_factory(module, "get_inputs", job), job.settings.device)
     if distribution == "rescaled":
         gen = torch.Generator().manual_seed(seed)
         scale = 2.0 ** (4.0 * float(torch.rand(1, generator=gen)) - 2.0)
@@ -122,15 +122,15 @@ def versions() -> dict[str, str]:
 
 
 def do_probe(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
-    if job.device == "cuda" and not torch.cuda.is_available():
+    if job.settings.device == "cuda" and not torch.cuda.is_available():
         return WorkerReply(ok=False, error_kind="environment", error="no CUDA GPU is visible to torch")
     try:
-        module = load_task(job)
+        module = import_task(job)
         init = call_factory(module, "get_init_inputs", job)
-        torch.manual_seed(job.seed)
-        inputs = make_inputs(module, job, job.seed, "as-given")
+        torch.manual_seed(job.settings.seed)
+        inputs = make_inputs(module, job, job.settings.seed, "as-given")
         try:
-            model = getattr(module, job.class_name)(*init).to(job.device)
+            model = getattr(module, job.class_name)(*init).to(job.settings.device)
             with torch.no_grad():
                 out = model(*clone_all(inputs))
         except Exception as exc:
@@ -139,7 +139,7 @@ def do_probe(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
         return WorkerReply(ok=False, error_kind="task", error=str(exc))
     probe = TaskProbe(inputs=[spec(v) for v in inputs], outputs=[spec(v) for _, v in leaves(out)],
                       init_inputs=[repr(v)[:200] for v in init])
-    return WorkerReply(ok=True, probe=probe, device_name=device_name(job.device), versions=versions())
+    return WorkerReply(ok=True, probe=probe, device_name=device_name(job.settings.device), versions=versions())
 
 
 def do_compile(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
@@ -195,25 +195,25 @@ def do_run(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
                         trials=outcome.trials, trials_passed=outcome.trials_passed,
                         max_abs_err=outcome.max_abs_err if outcome.compared else None,
                         max_rel_err=outcome.max_rel_err if outcome.compared else None,
-                        atol=outcome.atol, rtol=outcome.rtol, device=job.device,
-                        device_name=device_name(job.device), **extra)
+                        atol=outcome.atol, rtol=outcome.rtol, device=job.settings.device,
+                        device_name=device_name(job.settings.device), **extra)
         return WorkerReply(ok=status is Status.CORRECT, eval=ev, device_name=ev.device_name,
                            versions=versions())
 
     enter(Stage.LOAD)
     try:
-        task = load_task(job)
+        task = import_task(job)
         init = call_factory(task, "get_init_inputs", job)
-        if job.device == "cuda":
+        if job.settings.device == "cuda":
             torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the snapshot
         integrity = Integrity()
         module = import_file(job.candidate_path, "kevin_candidate")
         if not hasattr(module, "ModelNew"):
             return result(Status.RUNTIME_ERROR, "the candidate defines no class ModelNew")
-        torch.manual_seed(job.seed)
-        ref = getattr(task, job.class_name)(*init).to(job.device)
-        torch.manual_seed(job.seed)
-        cand = module.ModelNew(*call_factory(task, "get_init_inputs", job)).to(job.device)
+        torch.manual_seed(job.settings.seed)
+        ref = getattr(task, job.class_name)(*init).to(job.settings.device)
+        torch.manual_seed(job.settings.seed)
+        cand = module.ModelNew(*call_factory(task, "get_init_inputs", job)).to(job.settings.device)
         copy_parameters(ref, cand)
         check_integrity(integrity, "after loading")
         return _check_and_time(job, task, ref, cand, outcome, enter, result, integrity)
@@ -231,16 +231,16 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integ
     enter(Stage.CORRECTNESS)
     poison = 0
     previous = None
-    for i in range(job.correctness_trials):
-        seed, dist = job.seed + i, DISTRIBUTIONS[i % len(DISTRIBUTIONS)]
+    for i in range(job.settings.correctness_trials):
+        seed, dist = job.settings.seed + i, DISTRIBUTIONS[i % len(DISTRIBUTIONS)]
         inputs = make_inputs(task, job, seed, dist)
         poison = poison or 4 * nbytes_of(inputs) + (64 << 20)
         outcome.trials += 1
         try:
-            got, want = run_trial(cand, ref, inputs, device=job.device, atol=job.atol, rtol=job.rtol,
+            got, want = run_trial(cand, ref, inputs, device=job.settings.device, atol=job.settings.atol, rtol=job.settings.rtol,
                                   outcome=outcome, poison_bytes=poison)
         except Mismatch as exc:
-            return result(Status.INCORRECT, f"trial {i + 1} of {job.correctness_trials} (seed {seed}, "
+            return result(Status.INCORRECT, f"trial {i + 1} of {job.settings.correctness_trials} (seed {seed}, "
                           f"{dist} inputs): {exc}")
         if previous is not None and _unchanged(previous, (got, want)):
             return result(Status.INCORRECT, f"trial {i + 1}: the output did not change when the inputs "
@@ -248,48 +248,48 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integ
         previous = (got, want)
         outcome.trials_passed += 1
     check_integrity(integrity, "during the correctness trials")
-    if job.op_audit:
-        computing = audit_ops(cand, make_inputs(task, job, job.seed + 300, "as-given"))
-        sync(job.device)
+    if job.settings.op_audit:
+        computing = audit_ops(cand, make_inputs(task, job, job.settings.seed + 300, "as-given"))
+        sync(job.settings.device)
         if computing:
             raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
                              f"{', '.join(computing[:8])}; compute the result in your own kernel")
         check_integrity(integrity, "during the operator audit")
 
     enter(Stage.TIMING)
-    timer = Timer(job.device)
-    timing_inputs = make_inputs(task, job, job.seed + 500, "as-given")
-    runtime = timer.time(cand, timing_inputs, warmup=job.warmup_runs, runs=job.timed_runs)
+    timer = Timer(job.settings.device)
+    timing_inputs = make_inputs(task, job, job.settings.seed + 500, "as-given")
+    runtime = timer.time(cand, timing_inputs, warmup=job.settings.warmup_runs, runs=job.settings.timed_runs)
     check_integrity(integrity, "while it was timed")
-    reference = timer.time(ref, clone_all(timing_inputs), warmup=job.warmup_runs, runs=job.timed_runs)
+    reference = timer.time(ref, clone_all(timing_inputs), warmup=job.settings.warmup_runs, runs=job.settings.timed_runs)
     flags: list[str] = []
     compiled = None
-    if job.compare_compile:
+    if job.settings.compare_compile:
         try:
             compiled_ref = torch.compile(ref)
-            compiled = timer.time(compiled_ref, clone_all(timing_inputs), warmup=max(job.warmup_runs, 1),
-                                  runs=job.timed_runs)
+            compiled = timer.time(compiled_ref, clone_all(timing_inputs), warmup=max(job.settings.warmup_runs, 1),
+                                  runs=job.settings.timed_runs)
         except Exception as exc:
             flags.append(f"torch.compile of the reference failed, not compared: {describe(exc)[:300]}")
 
     # Re-check after timing: new values written into the very tensors the candidate was timed
     # on (an answer cached by address goes stale), then one more ordinary trial.
-    fresh = make_inputs(task, job, job.seed + 1000, "as-given")
+    fresh = make_inputs(task, job, job.settings.seed + 1000, "as-given")
     with torch.no_grad():
         for t, f in zip(timing_inputs, fresh):
             if isinstance(t, torch.Tensor) and t.shape == f.shape:
                 t.copy_(f)
     try:
-        with poisoned_memory(job.device), torch.no_grad():
+        with poisoned_memory(job.settings.device), torch.no_grad():
             got = cand(*timing_inputs)
             timer.sync()
             check_plain_tensors(got)
             check_inputs_unchanged(timing_inputs, fresh)
             check_no_alias(got, timing_inputs)
             want = ref(*clone_all(fresh))
-        compare(got, want, job.atol, job.rtol, outcome)
-        run_trial(cand, ref, make_inputs(task, job, job.seed + 1001, "rescaled"), device=job.device,
-                  atol=job.atol, rtol=job.rtol, outcome=outcome, poison_bytes=poison)
+        compare(got, want, job.settings.atol, job.settings.rtol, outcome)
+        run_trial(cand, ref, make_inputs(task, job, job.settings.seed + 1001, "rescaled"), device=job.settings.device,
+                  atol=job.settings.atol, rtol=job.settings.rtol, outcome=outcome, poison_bytes=poison)
     except Mismatch as exc:
         return result(Status.INCORRECT, f"re-check after timing failed: {exc}")
 
@@ -297,7 +297,7 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integ
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
     if speedup > 10:
         flags.append(f"implausible speedup {speedup:.1f}x (above 10x): verify the kernel by hand")
-    if job.device == "cuda":
+    if job.settings.device == "cuda":
         moved = nbytes_of(fresh) + nbytes_of(leaves(got))
         floor_ms = moved / timer.bandwidth_bytes_per_ms()
         if runtime.median_ms < 0.9 * floor_ms:
@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> None:
         progress.write(s.value + "\n")
         progress.flush()
 
-    if job.device == "cpu" and job.cpu_threads:
-        torch.set_num_threads(job.cpu_threads)
+    if job.settings.device == "cpu" and job.settings.cpu_threads:
+        torch.set_num_threads(job.settings.cpu_threads)
     modes = {"probe": do_probe, "compile": do_compile, "run": do_run}
     try:
         reply = modes[job.mode](job, stage)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..config import RunConfig
+from ..console import print_error
 from ..store import default_runs_root
 from .app import KevinApp
 
@@ -14,17 +15,14 @@ __all__ = ["KevinApp", "history_tui", "run_tui"]
 
 def run_tui(config: RunConfig, task_file: Path) -> int:
     """Run the refinement with the run screen open; returns the exit code of the headless contract."""
-    from ..session import start_run
+    from ..launch import start_run
 
     task_file = Path(task_file)
     runs_root = config.run_dir or default_runs_root(task_file.expanduser().resolve().parent)
     app = KevinApp(lambda sink: start_run(config, task_file, sink), runs_root=runs_root, exit_on_start_error=True)
     app.run()
     if app.start_error is not None:
-        print(f"kevin-opt: error: {app.start_error.message}", file=sys.stderr)
-        if app.start_error.hint:
-            print(f"  hint: {app.start_error.hint}", file=sys.stderr)
-        return app.start_error.exit_code
+        return print_error(app.start_error)
     if app.outcome is None and app.engine is not None:
         print(
             f"kevin-opt: stopped; finished turns are saved. Continue with: "

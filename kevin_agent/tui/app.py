@@ -143,7 +143,7 @@ class KevinApp(App[int]):
             engine.close()
 
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
-        from ..session import resume_run
+        from ..launch import resume_run
 
         return resume_run(run_id, sink, runs_root=self.history_root())
 

@@ -12,7 +12,8 @@ from pygments.token import Token
 from textual.content import Content
 from textual.highlight import HighlightTheme, highlight
 
-from ..results import EvalResult, Status, TimingStats, TurnRecord
+from ..formatting import fmt_ms, fmt_speedup
+from ..results import EvalResult, Status, TurnRecord
 
 MARKS: dict[Status, tuple[str, str, str]] = {
     # status: (mark, style, short label)
@@ -26,17 +27,6 @@ MARKS: dict[Status, tuple[str, str, str]] = {
 }
 LIVE_MARK = ("…", "bold $text-accent")
 COMPILE_LOG_LINES = 40
-
-
-def fmt_speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def fmt_ms(stats: TimingStats | None) -> str:
-    if stats is None:
-        return "-"
-    ms = stats.median_ms
-    return f"{ms * 1000:.1f} µs" if ms < 0.1 else f"{ms:.3f} ms"
 
 
 def turn_label(record: TurnRecord, *, width: int = 0) -> Content:

@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent
 
 from ...results import RunInfo, TurnRecord
 from ...store import list_runs
-from ..format import diff_content, fmt_speedup, kernel_content, previous_turn
+from ...formatting import fmt_speedup
+from ..format import diff_content, kernel_content, previous_turn
 from ..widgets import FeedbackView, TurnList
 
 FINISHED = {"completed", "target_reached"}

@@ -16,7 +16,7 @@ from textual.widgets import Footer, OptionList, Static
 from ...events import Event, RunFinished, RunStarted, TurnFinished, TurnStarted
 from ...results import TurnRecord
 from ...store import read_records
-from ..format import fmt_speedup
+from ...formatting import fmt_speedup
 from ..state import RunState, TurnKey
 from ..widgets import FeedbackView, ModelOutput, SpeedupChart, TurnList
 

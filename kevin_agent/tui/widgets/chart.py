@@ -7,7 +7,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
-from ..format import fmt_speedup
+from ...formatting import fmt_speedup
 
 
 class SpeedupChart(Vertical):

@@ -7,7 +7,8 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from ...results import TurnRecord
-from ..format import fmt_speedup, live_label, turn_label
+from ...formatting import fmt_speedup
+from ..format import live_label, turn_label
 from ..state import LiveTurn, TurnKey
 
 

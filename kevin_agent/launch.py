@@ -1,23 +1,23 @@
-"""Assemble an ``Engine`` from a config: the one place that wires the parts together.
+"""Opening a run, new or resumed: the one place that wires task, evaluator, backend and store
+into an ``Engine``.
 
-The order matters for the person's time: the task is loaded and probed (cheap, and the
-usual source of mistakes) before the backend is created (which may load a 32B model).
+The order matters for the person's time: the task is loaded and probed (cheap, and the usual
+source of mistakes) before the backend is created (which may load a 32B model).
 """
 
 from __future__ import annotations
 
-import ast
 import platform
 from pathlib import Path
 
 from . import __version__
 from .config import RunConfig, load_config
-from .errors import ConfigError, EnvironmentUnavailable, KevinError, TaskError
+from .errors import ConfigError, TaskError
 from .events import Notice
 from .loop import Engine
 from .protocols import EventSink
 from .registry import Registry, build_registry
-from .results import CheckResult, RunInfo, TaskRef
+from .results import RunInfo, TaskRef
 from .store import RunStore, default_runs_root, new_run_id, now_iso
 from .task import Task, load_task
 
@@ -30,54 +30,15 @@ def resolve_device(config: RunConfig) -> str:
     return detect_device()
 
 
-def make_checker(registry: Registry):
-    """Built-in rules plus every rule plugins registered."""
-    from .checks import run_checks
-
-    extra = [rule for name, rule in registry.checks.items()]
-
-    def check(source: str, device: str) -> CheckResult:
-        result = run_checks(source, device)
-        if extra:
-            try:
-                tree = ast.parse(source)
-            except SyntaxError:
-                return result
-            violations = list(result.violations)
-            for rule in extra:
-                violations.extend(rule.check(tree, source, device))
-            result = CheckResult(passed=not violations, violations=violations)
-        return result
-
-    return check
-
-
-def make_evaluator(registry: Registry, task: Task, config: RunConfig, device: str):
-    from .evaluate import EvalSettings
-
-    factory = registry.devices.get(device)
-    if factory is None:
-        raise ConfigError(f"unknown device {device!r}", f"choose one of: {', '.join(sorted(registry.devices))}")
-    return factory(task, EvalSettings.from_config(config, device))
-
-
-def make_backend(registry: Registry, config: RunConfig, *, skip: int = 0):
-    factory = registry.backends.get(config.backend)
-    if factory is None:
-        raise ConfigError(f"unknown backend {config.backend!r}", f"choose one of: {', '.join(sorted(registry.backends))}")
-    return factory(config, skip=skip)
-
-
-def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, device: str, *, skip: int = 0,
-                       on_probed=None):
+def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, *, skip: int = 0, on_probed=None):
     """Evaluator first (the task is probed, cheap and the usual source of mistakes), then the
     backend (which may load a 32B model); nothing is left running if either fails."""
-    evaluator = make_evaluator(registry, task, config, device)
+    evaluator = registry.make_evaluator(task, config.eval_settings())
     try:
         task.probe = evaluator.probe()
         if on_probed is not None:
             on_probed(evaluator)
-        return evaluator, make_backend(registry, config, skip=skip)
+        return evaluator, registry.make_backend(config, skip=skip)
     except BaseException:
         evaluator.close()
         raise
@@ -85,18 +46,18 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, device
 
 def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None) -> Engine:
     registry = registry or build_registry()
+    # A mistyped name fails before anything is loaded.
+    registry.backend_factory(config.backend)
+    if config.device:
+        registry.device_factory(config.device)
     task = load_task(task_file, config.class_name)
-    device = resolve_device(config)
-    config = config.model_copy(update={"device": device})
-    if config.backend == "scripted" and config.responses is None:
-        raise ConfigError("--backend scripted needs --responses PATH", "point it at a JSONL file of responses, "
-                          "e.g. examples/rmsnorm.cpu.jsonl")
-    evaluator, backend = _probe_and_connect(registry, task, config, device)
+    config = config.model_copy(update={"device": resolve_device(config)})
+    evaluator, backend = _probe_and_connect(registry, task, config)
     root = config.run_dir or default_runs_root(task.path.parent)
     info = RunInfo(
         run_id=new_run_id(task.name), created_at=now_iso(),
         task=TaskRef(path=str(task.path), name=task.name, class_name=task.class_name, digest=task.digest),
-        device=device, device_name=evaluator.device_name, backend=config.backend, model=backend.model,
+        device=config.device, device_name=evaluator.device_name, backend=config.backend, model=backend.model,
         turns=config.turns, trajectories=config.trajectories, config=config.public_dict(),
         versions={"kevin-opt": __version__, "python": platform.python_version(), **evaluator.versions()},
     )
@@ -109,7 +70,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=make_checker(registry))
+                  check=registry.check)
 
 
 def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, overrides: dict | None = None,
@@ -120,6 +81,7 @@ def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, o
     info = store.info
     saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
     config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})
+    config = config.model_copy(update={"device": info.device})
     task_path = Path(info.task.path)
     try:
         task = load_task(task_path, info.task.class_name)
@@ -128,18 +90,15 @@ def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, o
     if task.digest != info.task.digest:
         sink.emit(Notice(level="warning", message=f"{task_path} changed since run {info.run_id} started; "
                                                    "the reference is the file as it is now"))
-    device = info.device
     if config.turns != info.turns:
         store.update_info(turns=config.turns)
+
     def warn_if_moved(evaluator) -> None:
         if evaluator.device_name and info.device_name and evaluator.device_name != info.device_name:
             sink.emit(Notice(level="warning", message=f"this run started on {info.device_name} and resumes "
                                                        f"on {evaluator.device_name}; speedups are not comparable"))
 
-    evaluator, backend = _probe_and_connect(registry, task, config, device, skip=len(store.records()),
+    evaluator, backend = _probe_and_connect(registry, task, config, skip=len(store.records()),
                                             on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=make_checker(registry))
-
-
-__all__ = ["start_run", "resume_run", "resolve_device", "KevinError", "EnvironmentUnavailable"]
+                  check=registry.check)

@@ -9,28 +9,21 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..config import EvalSettings
 from ..results import EvalResult
 from ..task import TaskProbe
 
 
 class Job(BaseModel):
     mode: Literal["probe", "compile", "run"]
-    device: Literal["cpu", "cuda"]
+    settings: EvalSettings
+    """The run's evaluation settings, resolved for the device, as the evaluator has them."""
     task_path: str = ""
     class_name: str = "Model"
     candidate_path: str = ""
     reply_path: str
     progress_path: str
     """The worker appends one stage name per line as it moves on."""
-    correctness_trials: int = 5
-    atol: float | None = None
-    rtol: float | None = None
-    warmup_runs: int = 3
-    timed_runs: int = 20
-    compare_compile: bool = False
-    seed: int = 0
-    cpu_threads: int | None = 1
-    op_audit: bool = True
 
 
 class WorkerReply(BaseModel):
