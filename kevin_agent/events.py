@@ -66,6 +66,16 @@ class EvalStage(BaseModel):
     stage: Stage
 
 
+class EvalOutput(BaseModel):
+    """Output of a candidate's worker as it comes (the compiler's log during a build). High rate:
+    sinks should coalesce."""
+
+    kind: Literal["eval_output"] = "eval_output"
+    trajectory: int
+    turn: int
+    text: str
+
+
 class TurnFinished(BaseModel):
     kind: Literal["turn_finished"] = "turn_finished"
     record: TurnRecord
@@ -88,6 +98,6 @@ class RunFinished(BaseModel):
 
 
 Event = Union[
-    RunStarted, TurnStarted, TokenDelta, GenerationFinished, EvalStage, TurnFinished, Notice,
+    RunStarted, TurnStarted, TokenDelta, GenerationFinished, EvalStage, EvalOutput, TurnFinished, Notice,
     RunFinished,
 ]

@@ -98,7 +98,7 @@ def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, o
             sink.emit(Notice(level="warning", message=f"this run started on {info.device_name} and resumes "
                                                        f"on {evaluator.device_name}; speedups are not comparable"))
 
-    evaluator, backend = _probe_and_connect(registry, task, config, skip=len(store.records()),
+    evaluator, backend = _probe_and_connect(registry, task, config, skip=len(store.all_records()),
                                             on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
                   check=registry.check)

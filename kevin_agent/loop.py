@@ -4,6 +4,12 @@ One turn of every active trajectory is one batch: all prompts go to the backend 
 (vLLM batches them), then the candidates are evaluated (compiled in parallel, timed one
 at a time), so kernel timing never overlaps generation. Ending a run early is an
 exception carrying its reason; run state is saved in ``finally``.
+
+Steering, from any thread: ``request_stop`` ends the run after the current turn;
+``cancel_generation`` cancels the generation in flight (those turns are recorded as cancelled,
+never shown to the model, and generated again); ``abort`` ends the run now (a signal): the
+generation is aborted, every worker is killed, and turns in flight are not recorded, so
+``resume`` does them again.
 """
 
 from __future__ import annotations
@@ -58,13 +64,35 @@ class Engine:
         self.records: list[TurnRecord] = store.records()
         self._stop = threading.Event()
         self._cancel = threading.Event()
+        self._abort = threading.Event()
+        self._generating = threading.Event()
 
     # --- steering (thread-safe) ----------------------------------------------------------
     def request_stop(self) -> None:
         self._stop.set()
 
-    def cancel_generation(self) -> None:
+    @property
+    def generating(self) -> bool:
+        """The backend is generating right now (what ``cancel_generation`` would cancel)."""
+        return self._generating.is_set()
+
+    def cancel_generation(self) -> bool:
+        """Cancel the generation in flight; False (and nothing happens) when none is."""
+        if not self._generating.is_set():
+            return False
         self._cancel.set()
+        return True
+
+    def abort(self) -> None:
+        """End the run now: abort the generation, kill the evaluator's workers; turns in flight
+        are not recorded. Safe to call from a signal handler or another thread, more than once."""
+        self._abort.set()
+        self._cancel.set()
+        self.evaluator.abort()
+
+    @property
+    def aborted(self) -> bool:
+        return self._abort.is_set()
 
     def best_turn(self) -> TurnRecord | None:
         return best_record(self.records)
@@ -91,12 +119,12 @@ class Engine:
         try:
             self._check_target()
             for turn in range(1, self.config.turns + 1):
-                todo = [t for t in range(self.config.trajectories) if not self._done(t, turn)]
-                if todo:
+                # A cancelled generation leaves its turn undone: it is generated again at once.
+                while todo := [t for t in range(self.config.trajectories) if not self._done(t, turn)]:
                     self.step(turn, todo)
-                self._check_target()
-                if self._stop.is_set():
-                    raise StopRun("stopped")
+                    self._check_target()
+                    if self._stop.is_set():
+                        raise StopRun("stopped")
             reason = "completed"
         except StopRun as stop:
             reason = stop.reason
@@ -129,10 +157,16 @@ class Engine:
         def on_token(i: int, channel, text: str) -> None:
             self.sink.emit(ev.TokenDelta(trajectory=trajectories[i], turn=turn, channel=channel, text=text))
 
-        self._cancel.clear()
+        if not self._abort.is_set():
+            self._cancel.clear()
         t0 = time.monotonic()
-        gens = self.backend.generate([p.text for p in prompts], on_token=on_token, cancel=self._cancel)
+        self._generating.set()
+        try:
+            gens = self.backend.generate([p.text for p in prompts], on_token=on_token, cancel=self._cancel)
+        finally:
+            self._generating.clear()
         gen_s = time.monotonic() - t0
+        self._raise_if_aborted()
         for t, g in zip(trajectories, gens):
             self.sink.emit(ev.GenerationFinished(trajectory=t, turn=turn, completion_tokens=g.completion_tokens,
                                                  seconds=gen_s, cancelled=g.cancelled))
@@ -144,10 +178,17 @@ class Engine:
                 self.sink.emit(ev.EvalStage(trajectory=to_eval[i].trajectory, turn=turn, stage=stage))
 
             results = self.evaluator.evaluate([d.code for d in to_eval], on_stage=on_stage)
+            self._raise_if_aborted()
             for draft, result in zip(to_eval, results):
                 draft.apply_eval(result)
         for draft in drafts:
             self._finish(draft.record())
+
+    def _raise_if_aborted(self) -> None:
+        # What is in flight when the run is aborted was cut short by the abort itself: recording
+        # it would tell the model its answer failed, so it is dropped and resume does it again.
+        if self._abort.is_set():
+            raise StopRun("interrupted")
 
     def _prompt(self, trajectory: int):
         attempts = [
@@ -166,7 +207,8 @@ class Engine:
         parsed = parse_response(gen.text, gen.reasoning)
         draft.reasoning, draft.summary, draft.code = parsed.reasoning, parsed.summary, parsed.code or ""
         if gen.cancelled:
-            draft.fail(Status.PARSE_ERROR, "the generation was cancelled before the answer was complete")
+            draft.fail(Status.CANCELLED, "the generation was cancelled; it is not shown to the model and "
+                       "the turn is generated again")
         elif parsed.error:
             draft.fail(Status.PARSE_ERROR, parsed.error)
         else:
@@ -179,7 +221,8 @@ class Engine:
 
     def _finish(self, record: TurnRecord) -> None:
         self.store.append(record)
-        self.records.append(record)
+        if record.finished:
+            self.records.append(record)
         self.sink.emit(ev.TurnFinished(record=record, best=self.best_kernel()))
 
 
@@ -210,9 +253,10 @@ class _Draft:
         assert self.status is not None
         speedup = self.eval.speedup if self.eval is not None else None
         flags = self.eval.flags if self.eval is not None else []
+        feedback = (self.error if self.status is Status.CANCELLED
+                    else feedback_sentence(self.status, error=self.error, speedup=speedup, flags=flags))
         return TurnRecord(
-            trajectory=self.trajectory, turn=self.turn, status=self.status,
-            feedback=feedback_sentence(self.status, error=self.error, speedup=speedup, flags=flags),
+            trajectory=self.trajectory, turn=self.turn, status=self.status, feedback=feedback,
             prompt=self.prompt, response=self.gen.text, reasoning=self.reasoning, summary=self.summary,
             code=self.code, kernel_path=self.kernel_path, parse_error=self.parse_error, check=self.check,
             eval=self.eval, prompt_tokens=self.gen.prompt_tokens, completion_tokens=self.gen.completion_tokens,

@@ -21,6 +21,8 @@ class Status(str, Enum):
     INCORRECT = "incorrect"
     CORRECT = "correct"
     TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    """The person cancelled the generation: never shown to the model, and the turn is generated again."""
 
 
 class Stage(str, Enum):
@@ -138,6 +140,11 @@ class TurnRecord(BaseModel):
     @property
     def correct(self) -> bool:
         return self.status is Status.CORRECT
+
+    @property
+    def finished(self) -> bool:
+        """The turn counts: it has an outcome the model can be told (a cancelled one does not)."""
+        return self.status is not Status.CANCELLED
 
 
 def best_record(records) -> TurnRecord | None:

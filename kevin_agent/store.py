@@ -121,7 +121,12 @@ class RunStore:
             os.fsync(fh.fileno())
 
     def records(self) -> list[TurnRecord]:
+        """The finished turns, one per (trajectory, turn)."""
         return read_records(self.dir)
+
+    def all_records(self) -> list[TurnRecord]:
+        """Every line of turns.jsonl, cancelled generations included, in the order written."""
+        return read_records(self.dir, finished_only=False)
 
     def record(self, trajectory: int, turn: int) -> TurnRecord | None:
         for rec in self.records():
@@ -138,7 +143,8 @@ def read_info(run_dir: Path) -> RunInfo:
                           "the run directory is damaged; start a new run") from None
 
 
-def read_records(run_dir: Path) -> list[TurnRecord]:
+def read_records(run_dir: Path, *, finished_only: bool = True) -> list[TurnRecord]:
+    """The run's turns: by default the finished ones, the first line per (trajectory, turn)."""
     path = run_dir / TURNS_JSONL
     if not path.exists():
         return []
@@ -151,6 +157,11 @@ def read_records(run_dir: Path) -> list[TurnRecord]:
             rec = TurnRecord.model_validate(json.loads(raw))
         except (json.JSONDecodeError, ValidationError):
             # Only a torn final write can produce this; the turn is redone on resume.
+            continue
+        if not finished_only:
+            records.append(rec)
+            continue
+        if not rec.finished:
             continue
         key = (rec.trajectory, rec.turn)
         if key not in seen:

@@ -26,7 +26,7 @@ from kevin_agent.events import TokenDelta
 from kevin_agent.registry import build_registry
 from kevin_agent.results import Status
 from kevin_agent.launch import resume_run, start_run
-from kevin_agent.store import list_runs
+from kevin_agent.store import RunStore, list_runs
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import TuiSink, message_for
 from kevin_agent.tui.screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen
@@ -94,10 +94,10 @@ RESPONSES = [
 ]
 
 
-def make_project(root: Path) -> Path:
+def make_project(root: Path, responses: list[dict] = RESPONSES) -> Path:
     repo = git_init(root)
     (repo / "affine.py").write_text(TASK)
-    (repo / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RESPONSES))
+    (repo / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in responses))
     subprocess.run(["git", "-C", repo, "add", "."], check=True)
     subprocess.run(["git", "-C", repo, "commit", "-qm", "my layer"], check=True)
     return repo
@@ -314,7 +314,8 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
 
 @pytest.mark.slow
 async def test_cancel_stop_quit_question_and_resume(tmp_path):
-    repo = make_project(tmp_path / "proj")
+    # The cancelled generation uses up a response of the script, as it would use up a model's time.
+    repo = make_project(tmp_path / "proj", [RESPONSES[0], *RESPONSES])
     config = config_for(repo)
     registry = build_registry()
     # Stream slowly, so that there is a generation to cancel.
@@ -331,12 +332,13 @@ async def test_cancel_stop_quit_question_and_resume(tmp_path):
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
         assert isinstance(app.screen, RunScreen) and app.running
-        await pilot.press("x", "s")
+        await pilot.press("s", "x")
         await wait_for(pilot, lambda: app.outcome is not None, what="the run to stop")
         assert app.outcome.reason == "stopped"
-        first = app.outcome.records[0]
-        assert first.status is Status.PARSE_ERROR and "cancelled" in first.feedback + (first.parse_error or "")
-        assert len(app.outcome.records) < 3
+        # The cancelled turn is kept for review but is no finished turn: resume generates it again.
+        assert app.outcome.records == []
+        (cancelled,) = RunStore.open(runs, app.outcome.run_id).all_records()
+        assert cancelled.status is Status.CANCELLED and "not shown to the model" in cancelled.feedback
         assert "stopped" in text_of(app, "#run-header")
         stopped_id = app.outcome.run_id
         # Resume it from the history screen; it runs to the end in the same window.

@@ -25,7 +25,7 @@ from ..results import EvalResult, Stage, Status
 from ..task import Task, TaskProbe
 from . import cache
 from .logs import tail, trim_compile_error
-from .pool import WorkerRun, run_worker, scrubbed_env
+from .pool import WorkerRun, kill_all_workers, run_worker, scrubbed_env
 
 
 def detect_device() -> Literal["cuda", "cpu"]:
@@ -72,6 +72,7 @@ class LocalEvaluator:
         self.device_name = host_device_name(self.device)
         self._worker_versions: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._aborted = threading.Event()
         self.settings.cache_dir.mkdir(parents=True, exist_ok=True)
 
     # --- environment ---------------------------------------------------------------------
@@ -193,12 +194,20 @@ class LocalEvaluator:
             if not build.ok:
                 res = EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error,
                                  wall_s=time.monotonic() - started, **common)
+            elif self._aborted.is_set():
+                res = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD, error="the run was interrupted",
+                                 **common)
             else:
                 t0 = time.monotonic()
                 res = self._run(build, (lambda st, i=i: on_stage(i, st)) if on_stage else None)
                 res = res.model_copy(update={**common, "wall_s": build.compile_s + (time.monotonic() - t0)})
             results.append(res)
         return results
+
+    def abort(self) -> None:
+        """Kill every worker and compiler now; what is still to evaluate is not started."""
+        self._aborted.set()
+        kill_all_workers()
 
     def close(self) -> None:
         """Nothing stays running between calls; builds stay in the cache."""

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,19 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+_live_groups: set[int] = set()
+_live_lock = threading.Lock()
+
+
+def kill_all_workers() -> None:
+    """Kill every worker this process started and that is still running, with its children
+    (compilers included): the run is being interrupted."""
+    with _live_lock:
+        groups = list(_live_groups)
+    for pgid in groups:
+        _kill_group(pgid)
+
+
 def run_worker(job_fields: dict, *, env: dict[str, str], timeout_s: float,
                on_stage: Callable[[Stage], None] | None = None) -> WorkerRun:
     """Run one job to its end or its time limit; never raises for what the job does."""
@@ -80,36 +94,26 @@ def run_worker(job_fields: dict, *, env: dict[str, str], timeout_s: float,
         Path(job.progress_path).touch()
         log_path = folder / "log.txt"
         start = time.monotonic()
-        stage: Stage | None = None
-        seen = 0
+        stages: list[Stage] = []
         with open(log_path, "wb") as log, open(job.progress_path, encoding="utf-8") as progress:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "kevin_agent.evaluate.worker", str(job_path)],
                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            with _live_lock:
+                _live_groups.add(proc.pid)
             timed_out = False
-            while True:
-                try:
-                    proc.wait(timeout=0.05)
-                    finished = True
-                except subprocess.TimeoutExpired:
-                    finished = False
-                for line in progress.read().splitlines():
-                    if line.strip() in Stage._value2member_map_:
-                        stage = Stage(line.strip())
-                        seen += 1
-                        if on_stage is not None:
-                            on_stage(stage)
-                if finished:
-                    break
-                if time.monotonic() - start > timeout_s:
-                    timed_out = True
-                    _kill_group(proc.pid)
-                    proc.wait()
-                    break
-            # Children the candidate left behind (a daemon, a stuck compiler) go with the group.
-            _kill_group(proc.pid)
+            try:
+                timed_out = _watch(proc, progress, start, timeout_s, on_stage, stages)
+            finally:
+                # Children the candidate left behind (a daemon, a stuck compiler) go with the group,
+                # also when the parent is interrupted while it waits.
+                _kill_group(proc.pid)
+                proc.wait()
+                with _live_lock:
+                    _live_groups.discard(proc.pid)
+        stage = stages[-1] if stages else None
         wall = time.monotonic() - start
         reply = None
         reply_path = Path(job.reply_path)
@@ -118,3 +122,23 @@ def run_worker(job_fields: dict, *, env: dict[str, str], timeout_s: float,
         log_text = log_path.read_text(encoding="utf-8", errors="replace")
         return WorkerRun(reply=reply, returncode=proc.returncode, timed_out=timed_out, stage=stage,
                          log=log_text, wall_s=wall)
+
+
+def _watch(proc: subprocess.Popen, progress, start: float, timeout_s: float,
+           on_stage: Callable[[Stage], None] | None, stages: list[Stage]) -> bool:
+    """Follow the worker's stage lines until it exits; True when it ran past ``timeout_s``."""
+    while True:
+        try:
+            proc.wait(timeout=0.05)
+            finished = True
+        except subprocess.TimeoutExpired:
+            finished = False
+        for line in progress.read().splitlines():
+            if line.strip() in Stage._value2member_map_:
+                stages.append(Stage(line.strip()))
+                if on_stage is not None:
+                    on_stage(stages[-1])
+        if finished:
+            return False
+        if time.monotonic() - start > timeout_s:
+            return True

@@ -107,7 +107,8 @@ class TuiSink:
                 self._wake_pending = True
             self._target.post_message(TokensReady())
             return
-        self._target.post_message(message_for(event))
+        if type(event) in _MESSAGES:
+            self._target.post_message(message_for(event))
 
     def drain(self) -> list[tuple[int, int, Channel, str]]:
         """Take every buffered token chunk, merged per (trajectory, turn, channel) run."""
