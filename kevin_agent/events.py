@@ -36,6 +36,8 @@ class TurnStarted(BaseModel):
     turn: int
     prompt_tokens: int | None = None
     dropped_attempts: int = 0
+    parent_trajectory: int | None = None
+    """The trajectory whose history this turn continues, when not its own."""
 
 
 class TokenDelta(BaseModel):

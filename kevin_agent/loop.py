@@ -1,8 +1,11 @@
 """The refinement loop: trajectories x turns of generate -> parse -> check -> evaluate -> feedback.
 
-One turn of every active trajectory is one batch: all prompts go to the backend together
-(vLLM batches them), then the candidates are evaluated (compiled in parallel, timed one
-at a time), so kernel timing never overlaps generation. Ending a run early is an
+A turn is a pipeline, not a barrier. All prompts of a turn go to the backend in one batch
+(vLLM batches them); as each answer ends it is parsed, checked and handed to the evaluator,
+whose build starts at once while the other answers still generate. The evaluator holds
+timing back while the model generates (``device_busy``), so timings never overlap
+generation; each turn is recorded as soon as its own evaluation ends. Which histories a
+turn's slots continue is the search's choice (``search.py``). Ending a run early is an
 exception carrying its reason; run state is saved in ``finally``.
 
 Steering, from any thread: ``request_stop`` ends the run after the current turn;
@@ -14,18 +17,21 @@ generation is aborted, every worker is killed, and turns in flight are not recor
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, as_completed
 
 from pydantic import BaseModel
 
 from . import events as ev
 from .config import RunConfig
 from .parsing import parse_response
-from .prompting import Attempt, feedback_sentence, render_prompt
-from .protocols import Backend, Evaluator, EventSink, Generation
+from .prompting import Attempt, RenderedPrompt, feedback_sentence, render_prompt
+from .protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
 from .results import BestKernel, CheckResult, EvalResult, Status, TurnRecord, best_record
+from .search import IndependentSearch, lineage
 from .store import RunStore, now_iso
 from .task import Task
 
@@ -45,8 +51,6 @@ class RunOutcome(BaseModel):
     records: list[TurnRecord]
 
 
-
-
 class Engine:
     def __init__(
         self,
@@ -58,14 +62,17 @@ class Engine:
         store: RunStore,
         sink: EventSink,
         check: CheckFn,
+        search: Search | None = None,
     ) -> None:
         self.task, self.config, self.backend, self.evaluator = task, config, backend, evaluator
         self.store, self.sink, self.check = store, sink, check
+        self.search = search or IndependentSearch()
         self.records: list[TurnRecord] = store.records()
         self._stop = threading.Event()
         self._cancel = threading.Event()
         self._abort = threading.Event()
         self._generating = threading.Event()
+        self._reports_done = _accepts(backend.generate, "on_done")
 
     # --- steering (thread-safe) ----------------------------------------------------------
     def request_stop(self) -> None:
@@ -120,7 +127,7 @@ class Engine:
             self._check_target()
             for turn in range(1, self.config.turns + 1):
                 # A cancelled generation leaves its turn undone: it is generated again at once.
-                while todo := [t for t in range(self.config.trajectories) if not self._done(t, turn)]:
+                while todo := self._todo(turn):
                     self.step(turn, todo)
                     self._check_target()
                     if self._stop.is_set():
@@ -138,8 +145,10 @@ class Engine:
                                           turns_done=len(self.records)))
         return RunOutcome(run_id=info.run_id, reason=reason, best=self.best_kernel(), records=list(self.records))
 
-    def _done(self, trajectory: int, turn: int) -> bool:
-        return any(r.trajectory == trajectory and r.turn == turn for r in self.records)
+    def _todo(self, turn: int) -> list[Slot]:
+        done = {r.trajectory for r in self.records if r.turn == turn}
+        slots = self.search.slots(turn, self.records, self.config.trajectories)
+        return [s for s in slots if s.trajectory not in done]
 
     def _check_target(self) -> None:
         target = self.config.target_speedup
@@ -147,42 +156,64 @@ class Engine:
         if target is not None and best is not None and best.speedup is not None and best.speedup >= target:
             raise StopRun("target_reached")
 
-    def step(self, turn: int, trajectories: list[int]) -> None:
-        """One turn of the given trajectories: generate all, then evaluate all."""
+    def step(self, turn: int, slots: list[Slot]) -> None:
+        """One turn of the given slots, each candidate evaluated as soon as its answer is in."""
         started = now_iso()
-        prompts = [self._prompt(t) for t in trajectories]
-        for t, p in zip(trajectories, prompts):
-            self.sink.emit(ev.TurnStarted(trajectory=t, turn=turn, prompt_tokens=p.tokens, dropped_attempts=p.dropped))
+        prompts = [self._prompt(slot, turn) for slot in slots]
+        for slot, p in zip(slots, prompts):
+            self.sink.emit(ev.TurnStarted(trajectory=slot.trajectory, turn=turn, prompt_tokens=p.tokens,
+                                          dropped_attempts=p.dropped, parent_trajectory=slot.parent_trajectory))
+        drafts: list[_Draft | None] = [None] * len(slots)
+        lock = threading.Lock()
+        t0 = time.monotonic()
 
         def on_token(i: int, channel, text: str) -> None:
-            self.sink.emit(ev.TokenDelta(trajectory=trajectories[i], turn=turn, channel=channel, text=text))
+            self.sink.emit(ev.TokenDelta(trajectory=slots[i].trajectory, turn=turn, channel=channel, text=text))
+
+        def on_done(i: int, gen: Generation) -> None:
+            with lock:
+                if drafts[i] is not None or self._abort.is_set():
+                    return
+                gen_s = time.monotonic() - t0
+                self.sink.emit(ev.GenerationFinished(trajectory=slots[i].trajectory, turn=turn,
+                                                     completion_tokens=gen.completion_tokens, seconds=gen_s,
+                                                     cancelled=gen.cancelled))
+                drafts[i] = draft = self._draft(slots[i], turn, prompts[i], gen, gen_s, started)
+                if draft.status is None:
+                    draft.future = self._submit(draft)
 
         if not self._abort.is_set():
             self._cancel.clear()
-        t0 = time.monotonic()
-        self._generating.set()
-        try:
-            gens = self.backend.generate([p.text for p in prompts], on_token=on_token, cancel=self._cancel)
-        finally:
-            self._generating.clear()
-        gen_s = time.monotonic() - t0
+        extra = {"on_done": on_done} if self._reports_done else {}
+        with self.evaluator.device_busy():
+            self._generating.set()
+            try:
+                gens = self.backend.generate([p.text for p in prompts], on_token=on_token, cancel=self._cancel,
+                                             **extra)
+            finally:
+                self._generating.clear()
+        for i, gen in enumerate(gens):  # answers the backend did not report one by one
+            on_done(i, gen)
         self._raise_if_aborted()
-        for t, g in zip(trajectories, gens):
-            self.sink.emit(ev.GenerationFinished(trajectory=t, turn=turn, completion_tokens=g.completion_tokens,
-                                                 seconds=gen_s, cancelled=g.cancelled))
-
-        drafts = [self._draft(t, turn, p, g, gen_s, started) for t, p, g in zip(trajectories, prompts, gens)]
-        to_eval = [d for d in drafts if d.status is None]
-        if to_eval:
-            def on_stage(i: int, stage) -> None:
-                self.sink.emit(ev.EvalStage(trajectory=to_eval[i].trajectory, turn=turn, stage=stage))
-
-            results = self.evaluator.evaluate([d.code for d in to_eval], on_stage=on_stage)
+        finished = [d for d in drafts if d is not None]
+        for draft in finished:
+            if draft.future is None:
+                self._finish(draft.record())
+        evaluating = {d.future: d for d in finished if d.future is not None}
+        for future in as_completed(evaluating):
             self._raise_if_aborted()
-            for draft, result in zip(to_eval, results):
-                draft.apply_eval(result)
-        for draft in drafts:
+            draft = evaluating[future]
+            draft.apply_eval(future.result())
             self._finish(draft.record())
+        self._raise_if_aborted()
+
+    def _submit(self, draft: _Draft) -> Future[EvalResult]:
+        where = dict(trajectory=draft.slot.trajectory, turn=draft.turn)
+        return self.evaluator.submit(
+            draft.code,
+            on_stage=lambda stage: self.sink.emit(ev.EvalStage(stage=stage, **where)),
+            on_output=lambda text: self.sink.emit(ev.EvalOutput(text=text, **where)),
+        )
 
     def _raise_if_aborted(self) -> None:
         # What is in flight when the run is aborted was cut short by the abort itself: recording
@@ -190,20 +221,19 @@ class Engine:
         if self._abort.is_set():
             raise StopRun("interrupted")
 
-    def _prompt(self, trajectory: int):
-        attempts = [
-            Attempt(code=r.code, summary=r.summary, feedback=r.feedback)
-            for r in self.records if r.trajectory == trajectory
-        ]
+    def _prompt(self, slot: Slot, turn: int) -> RenderedPrompt:
+        history = lineage(self.records, slot, turn)
+        attempts = [Attempt(code=r.code, summary=r.summary, feedback=r.feedback) for r in history]
         return render_prompt(
             self.task, device=self.store.info.device, device_name=self.store.info.device_name,
             attempts=attempts, budget_tokens=self.config.context_tokens - self.config.max_tokens,
             count_tokens=self.backend.count_tokens,
         )
 
-    def _draft(self, trajectory: int, turn: int, prompt, gen: Generation, gen_s: float, started: str) -> _Draft:
-        draft = _Draft(trajectory=trajectory, turn=turn, prompt=prompt.text, dropped=prompt.dropped,
-                       gen=gen, gen_s=gen_s, started=started)
+    def _draft(self, slot: Slot, turn: int, prompt: RenderedPrompt, gen: Generation, gen_s: float,
+               started: str) -> _Draft:
+        draft = _Draft(slot=slot, turn=turn, prompt=prompt.text, dropped=prompt.dropped, gen=gen, gen_s=gen_s,
+                       started=started)
         parsed = parse_response(gen.text, gen.reasoning)
         draft.reasoning, draft.summary, draft.code = parsed.reasoning, parsed.summary, parsed.code or ""
         if gen.cancelled:
@@ -216,7 +246,7 @@ class Engine:
             if not draft.check.passed:
                 draft.fail(Status.CHECK_FAILED, draft.check.summary())
         if draft.code:
-            draft.kernel_path = self.store.write_kernel(trajectory, turn, draft.code)
+            draft.kernel_path = self.store.write_kernel(slot.trajectory, turn, draft.code)
         return draft
 
     def _finish(self, record: TurnRecord) -> None:
@@ -226,11 +256,20 @@ class Engine:
         self.sink.emit(ev.TurnFinished(record=record, best=self.best_kernel()))
 
 
+def _accepts(func: Callable, name: str) -> bool:
+    """Whether ``func`` takes the keyword ``name`` (a plugin's backend may predate it)."""
+    try:
+        parameters = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
 class _Draft:
     """A turn being assembled; ``status`` stays None while the candidate awaits evaluation."""
 
-    def __init__(self, *, trajectory, turn, prompt, dropped, gen, gen_s, started) -> None:
-        self.trajectory, self.turn, self.prompt, self.dropped = trajectory, turn, prompt, dropped
+    def __init__(self, *, slot: Slot, turn, prompt, dropped, gen, gen_s, started) -> None:
+        self.slot, self.turn, self.prompt, self.dropped = slot, turn, prompt, dropped
         self.gen, self.gen_s, self.started = gen, gen_s, started
         self.status: Status | None = None
         self.error = ""
@@ -239,6 +278,7 @@ class _Draft:
         self.parse_error: str | None = None
         self.check: CheckResult | None = None
         self.eval: EvalResult | None = None
+        self.future: Future[EvalResult] | None = None
 
     def fail(self, status: Status, error: str) -> None:
         self.status, self.error = status, error
@@ -256,7 +296,8 @@ class _Draft:
         feedback = (self.error if self.status is Status.CANCELLED
                     else feedback_sentence(self.status, error=self.error, speedup=speedup, flags=flags))
         return TurnRecord(
-            trajectory=self.trajectory, turn=self.turn, status=self.status, feedback=feedback,
+            trajectory=self.slot.trajectory, turn=self.turn, parent_trajectory=self.slot.parent_trajectory,
+            parent_turn=self.slot.parent_turn, status=self.status, feedback=feedback,
             prompt=self.prompt, response=self.gen.text, reasoning=self.reasoning, summary=self.summary,
             code=self.code, kernel_path=self.kernel_path, parse_error=self.parse_error, check=self.check,
             eval=self.eval, prompt_tokens=self.gen.prompt_tokens, completion_tokens=self.gen.completion_tokens,

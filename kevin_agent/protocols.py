@@ -11,7 +11,7 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from .events import Event
-from .results import EvalResult, Stage
+from .results import EvalResult, Stage, TurnRecord
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
 TokenCallback = Callable[[int, Literal["reasoning", "text"], str], None]
@@ -101,6 +101,28 @@ class Evaluator(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Slot(BaseModel):
+    """One place in a turn's batch: the trajectory it records under, and whose history it continues."""
+
+    trajectory: int
+    parent_trajectory: int | None = None
+    """Continue this trajectory's history instead of its own (None: its own)."""
+    parent_turn: int | None = None
+    """Continue from this turn of the parent (None: the turn before the slot's turn)."""
+
+
+@runtime_checkable
+class Search(Protocol):
+    """Decides which histories a turn continues: the slots of each turn's batch."""
+
+    name: str
+
+    def slots(self, turn: int, records: Sequence[TurnRecord], trajectories: int) -> list[Slot]:
+        """The slots of ``turn``, given every finished turn so far (in any order) and the run's
+        number of trajectories. Must give the same answer for the same records (resume relies on it)."""
+        ...
 
 
 @runtime_checkable

@@ -111,6 +111,11 @@ class TurnRecord(BaseModel):
     trajectory: int
     turn: int
     """1-based turn number within the trajectory."""
+    parent_trajectory: int | None = None
+    """The trajectory whose history this turn continued, when not its own (a branch, or a beam
+    slot continuing another trajectory); None on turn 1 and in independent search."""
+    parent_turn: int | None = None
+    """The parent's turn that this one continued (None: the turn before this one)."""
     status: Status
     feedback: str
     """The one sentence that goes back to the model next turn."""
@@ -141,10 +146,23 @@ class TurnRecord(BaseModel):
     def correct(self) -> bool:
         return self.status is Status.CORRECT
 
+    def previous(self) -> tuple[int, int] | None:
+        """(trajectory, turn) of the turn this one continued: its prompt carried that turn's
+        history. None on turn 1."""
+        return continued_from(self.trajectory, self.turn, self.parent_trajectory, self.parent_turn)
+
     @property
     def finished(self) -> bool:
         """The turn counts: it has an outcome the model can be told (a cancelled one does not)."""
         return self.status is not Status.CANCELLED
+
+
+def continued_from(trajectory: int, turn: int, parent_trajectory: int | None,
+                   parent_turn: int | None) -> tuple[int, int] | None:
+    """The (trajectory, turn) whose history a turn continues; None when there is none."""
+    source = trajectory if parent_trajectory is None else parent_trajectory
+    previous = turn - 1 if parent_turn is None else parent_turn
+    return (source, previous) if previous >= 1 else None
 
 
 def best_record(records) -> TurnRecord | None:

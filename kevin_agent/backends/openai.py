@@ -16,7 +16,7 @@ import openai
 
 from ..config import DEFAULT_MODEL, RunConfig
 from ..errors import BackendError, ConfigError
-from ..protocols import Generation, TokenCallback
+from ..protocols import DoneCallback, Generation, TokenCallback
 from .chatstream import TIMEOUT_ERRORS, TRANSPORT_ERRORS, Retry, StreamState, error_text, retry_after
 from .streaming import SerialCallback, ThinkSplitter
 
@@ -70,6 +70,7 @@ class OpenAIBackend:
         *,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        on_done: DoneCallback | None = None,
     ) -> list[Generation]:
         if not prompts:
             return []
@@ -91,7 +92,13 @@ class OpenAIBackend:
             worker.start()
         # Poll rather than join: a stalled stream must not delay the person's stop.
         cancelled = False
+        reported: set[int] = set()
         while not all(s.done for s in streams):
+            for i, s in enumerate(streams):
+                # Handed on from this thread, so the caller's callback never runs in a worker.
+                if s.done and s.error is None and i not in reported and on_done is not None:
+                    reported.add(i)
+                    on_done(i, s.generation(cancelled=False))
             failed = next((s.error for s in streams if s.error is not None), None)
             if failed is not None:
                 stop.set()

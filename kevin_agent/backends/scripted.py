@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BackendError
-from ..protocols import Generation, TokenCallback
+from ..protocols import DoneCallback, Generation, TokenCallback
 from .streaming import SerialCallback, ThinkSplitter
 
 #: Characters per streamed chunk: small enough that the TUI visibly streams.
@@ -46,6 +46,7 @@ class ScriptedBackend:
         *,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        on_done: DoneCallback | None = None,
     ) -> list[Generation]:
         if not prompts:
             return []
@@ -60,7 +61,12 @@ class ScriptedBackend:
         batch = self.responses[self.position:needed]
         self.position = needed
         emit = SerialCallback(on_token)
-        return [self._stream(i, item, emit, cancel) for i, item in enumerate(batch)]
+        out = []
+        for i, item in enumerate(batch):
+            out.append(self._stream(i, item, emit, cancel))
+            if on_done is not None:
+                on_done(i, out[-1])
+        return out
 
     def _stream(
         self, index: int, item: dict[str, str], emit: SerialCallback, cancel: threading.Event | None

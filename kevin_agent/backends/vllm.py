@@ -24,7 +24,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import BackendError, EnvironmentUnavailable
-from ..protocols import Generation, TokenCallback
+from ..protocols import DoneCallback, Generation, TokenCallback
 from .streaming import OPEN_TAG, SerialCallback, ThinkSplitter
 
 ENGINE_ARGS_ENV = "KEVIN_VLLM_ENGINE_ARGS"
@@ -128,6 +128,7 @@ class VLLMBackend:
         *,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        on_done: DoneCallback | None = None,
     ) -> list[Generation]:
         if not prompts:
             return []
@@ -162,6 +163,18 @@ class VLLMBackend:
             self._engine.add_request(ids[i], {"prompt_token_ids": token_ids}, params)
         index = {request_id: i for i, request_id in enumerate(ids)}
         cancelled = False
+
+        def result(i: int) -> Generation:
+            for channel, part in splitters[i].flush():
+                emit(i, channel, part)
+            return Generation(
+                text=texts[i],
+                prompt_tokens=prompt_tokens[i],
+                completion_tokens=completion_tokens[i],
+                finish_reason=finish[i],
+                cancelled=cancelled and finish[i] is None,
+            )
+
         while self._engine.has_unfinished_requests():
             if cancel is not None and cancel.is_set():
                 self._engine.abort_request(ids)
@@ -180,19 +193,11 @@ class VLLMBackend:
                     completion_tokens[i] += len(completion.token_ids or ())
                     if completion.finish_reason:
                         finish[i] = completion.finish_reason
-        for i, splitter in enumerate(splitters):
-            for channel, part in splitter.flush():
-                emit(i, channel, part)
-        return [
-            Generation(
-                text=texts[i],
-                prompt_tokens=prompt_tokens[i],
-                completion_tokens=completion_tokens[i],
-                finish_reason=finish[i],
-                cancelled=cancelled and finish[i] is None,
-            )
-            for i in range(len(prompts))
-        ]
+                if output.finished and on_done is not None:
+                    # This answer is complete: its candidate is built while the rest generate.
+                    on_done(i, result(i))
+
+        return [result(i) for i in range(len(prompts))]
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False))

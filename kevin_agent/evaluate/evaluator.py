@@ -7,13 +7,14 @@ candidate, sequentially and holding a lock on the device, so timings never overl
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -73,6 +74,9 @@ class LocalEvaluator:
         self._worker_versions: dict[str, str] = {}
         self._lock = threading.Lock()
         self._aborted = threading.Event()
+        self._device_free = threading.Event()
+        self._device_free.set()
+        self._builds = ThreadPoolExecutor(max_workers=settings.parallel_compiles, thread_name_prefix="kevin-eval")
         self.settings.cache_dir.mkdir(parents=True, exist_ok=True)
 
     # --- environment ---------------------------------------------------------------------
@@ -204,10 +208,51 @@ class LocalEvaluator:
             results.append(res)
         return results
 
+    # --- one candidate at a time, as answers arrive ----------------------------------------
+    def submit(self, source: str, *, on_stage=None, on_output=None) -> Future[EvalResult]:
+        """Build now (threads, ``parallel_compiles`` at once); run once the device is free."""
+        future: Future[EvalResult] = Future()
+
+        def evaluate_one() -> None:
+            try:
+                if on_stage:
+                    on_stage(Stage.COMPILE)
+                started = time.monotonic()
+                build = self._build(source)
+                common = dict(device=self.device, device_name=self.device_name, compile_log=build.log,
+                              compile_s=build.compile_s, cached_build=build.cached)
+                if not build.ok:
+                    future.set_result(EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error,
+                                                 wall_s=time.monotonic() - started, **common))
+                    return
+                self._device_free.wait()
+                if self._aborted.is_set():
+                    future.set_result(EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD,
+                                                 error="the run was interrupted", **common))
+                    return
+                t0 = time.monotonic()
+                res = self._run(build, on_stage)
+                future.set_result(res.model_copy(update={**common, "wall_s": build.compile_s + time.monotonic() - t0}))
+            except BaseException as exc:  # the future must always resolve
+                future.set_exception(exc)
+
+        self._builds.submit(evaluate_one)
+        return future
+
+    @contextlib.contextmanager
+    def device_busy(self):
+        self._device_free.clear()
+        try:
+            yield
+        finally:
+            self._device_free.set()
+
     def abort(self) -> None:
         """Kill every worker and compiler now; what is still to evaluate is not started."""
         self._aborted.set()
+        self._device_free.set()
         kill_all_workers()
 
     def close(self) -> None:
         """Nothing stays running between calls; builds stay in the cache."""
+        self._builds.shutdown(wait=False, cancel_futures=True)
