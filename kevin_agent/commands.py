@@ -118,6 +118,7 @@ def run_summary(engine, records: list[TurnRecord]) -> dict[str, Any]:
             {
                 "trajectory": r.trajectory,
                 "turn": r.turn,
+                "parent_trajectory": r.parent_trajectory,
                 "status": r.status.value,
                 "speedup": r.speedup,
                 "runtime_ms": r.eval.runtime.median_ms if r.eval and r.eval.runtime else None,

@@ -30,6 +30,18 @@ def resolve_device(config: RunConfig) -> str:
     return detect_device()
 
 
+def make_search(config: RunConfig):
+    from .search import BeamSearch, IndependentSearch, default_beam_width
+
+    if config.search == "beam":
+        width = config.beam_width or default_beam_width(config.trajectories)
+        if width > config.trajectories:
+            raise ConfigError(f"--beam-width {width} is more than --trajectories {config.trajectories}",
+                              "keep at most as many trajectories as there are")
+        return BeamSearch(width)
+    return IndependentSearch()
+
+
 def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, *, skip: int = 0, on_probed=None):
     """Evaluator first (the task is probed, cheap and the usual source of mistakes), then the
     backend (which may load a 32B model); nothing is left running if either fails."""
@@ -70,7 +82,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check)
+                  check=registry.check, search=make_search(config))
 
 
 def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, overrides: dict | None = None,
@@ -101,4 +113,4 @@ def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, o
     evaluator, backend = _probe_and_connect(registry, task, config, skip=len(store.all_records()),
                                             on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check)
+                  check=registry.check, search=make_search(config))

@@ -73,6 +73,8 @@ class Engine:
         self._abort = threading.Event()
         self._generating = threading.Event()
         self._reports_done = _accepts(backend.generate, "on_done")
+        self._branches: list[tuple[int, int]] = []
+        self._branch_lock = threading.Lock()
 
     # --- steering (thread-safe) ----------------------------------------------------------
     def request_stop(self) -> None:
@@ -100,6 +102,17 @@ class Engine:
     @property
     def aborted(self) -> bool:
         return self._abort.is_set()
+
+    def branch(self, trajectory: int, turn: int) -> None:
+        """Continue a finished turn's history in a new chain for the remaining turns, from the
+        next batch on: in beam search it takes the weakest slot of that batch, otherwise it is a
+        new trajectory. Raises ValueError for a turn that is not finished or has no turns after it."""
+        if not any(r.trajectory == trajectory and r.turn == turn for r in list(self.records)):
+            raise ValueError(f"trajectory {trajectory} has no finished turn {turn} to branch from")
+        if turn >= self.config.turns:
+            raise ValueError(f"turn {turn} is the last turn: there is no turn left to branch into")
+        with self._branch_lock:
+            self._branches.append((trajectory, turn))
 
     def best_turn(self) -> TurnRecord | None:
         return best_record(self.records)
@@ -147,8 +160,23 @@ class Engine:
 
     def _todo(self, turn: int) -> list[Slot]:
         done = {r.trajectory for r in self.records if r.turn == turn}
-        slots = self.search.slots(turn, self.records, self.config.trajectories)
-        return [s for s in slots if s.trajectory not in done]
+        slots = [s for s in self.search.slots(turn, self.records, self.config.trajectories)
+                 if s.trajectory not in done]
+        return self._add_branches(turn, slots)
+
+    def _add_branches(self, turn: int, slots: list[Slot]) -> list[Slot]:
+        with self._branch_lock:
+            due = [b for b in self._branches if b[1] < turn]
+            self._branches = [b for b in self._branches if b[1] >= turn]
+        for parent, parent_turn in due:
+            branch = dict(parent_trajectory=parent, parent_turn=parent_turn)
+            if self.search.name == "beam" and slots:
+                slots[-1] = Slot(trajectory=slots[-1].trajectory, **branch)
+            else:
+                known = {r.trajectory for r in self.records} | {s.trajectory for s in slots}
+                slots.append(Slot(trajectory=max(known, default=-1) + 1, **branch))
+                self.store.update_info(trajectories=max(self.store.info.trajectories, slots[-1].trajectory + 1))
+        return slots
 
     def _check_target(self) -> None:
         target = self.config.target_speedup
