@@ -117,6 +117,8 @@ def feedback_sentence(
 ) -> str:
     """The one feedback sentence for a turn's outcome, in the words Kevin was trained on."""
     status = Status(status)
+    if status is Status.CANCELLED:
+        raise ValueError("a cancelled generation is never shown to the model: it has no feedback sentence")
     shown_speedup = f"{speedup:.2f}x" if speedup is not None else "unknown (timing did not finish)"
     text = _environment().get_template("feedback.j2").render(
         status=status.value,

@@ -26,6 +26,7 @@ STATUS_LABELS = {
     Status.INCORRECT: "incorrect",
     Status.CORRECT: "correct",
     Status.TIMEOUT: "timeout",
+    Status.CANCELLED: "cancelled",
 }
 
 

@@ -24,6 +24,7 @@ PROGRESS = {
     Status.CHECK_FAILED: 1,
     Status.COMPILE_ERROR: 2,
     Status.TIMEOUT: 3,
+    Status.CANCELLED: 0,
     Status.RUNTIME_ERROR: 3,
     Status.INCORRECT: 4,
     Status.CORRECT: 5,

@@ -207,9 +207,15 @@ def test_failure_sentences(status, opening):
 
 
 def test_each_status_has_its_own_sentence():
-    sentences = {feedback_sentence(s, error="e", speedup=1.0) for s in Status}
-    assert len(sentences) == len(Status)
+    shown = [s for s in Status if s is not Status.CANCELLED]
+    sentences = {feedback_sentence(s, error="e", speedup=1.0) for s in shown}
+    assert len(sentences) == len(shown)
     assert all(s.count("Your previous answer") == 1 for s in sentences)
+
+
+def test_a_cancelled_generation_has_no_sentence_for_the_model():
+    with pytest.raises(ValueError, match="never shown to the model"):
+        feedback_sentence(Status.CANCELLED)
 
 
 def test_correct_sentence_names_the_speedup():

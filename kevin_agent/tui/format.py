@@ -24,6 +24,7 @@ MARKS: dict[Status, tuple[str, str, str]] = {
     Status.PARSE_ERROR: ("?", "bold $text-warning", "parse error"),
     Status.CHECK_FAILED: ("⊘", "bold $text-warning", "check failed"),
     Status.TIMEOUT: ("⧗", "bold $text-warning", "timeout"),
+    Status.CANCELLED: ("-", "$text-muted", "cancelled"),
 }
 LIVE_MARK = ("…", "bold $text-accent")
 COMPILE_LOG_LINES = 40
