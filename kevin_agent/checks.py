@@ -5,15 +5,19 @@ rules below reject the shortcuts a reward-maximising model finds: calling PyTorc
 work, hiding failures behind ``try``/``except``, side threads and streams the timer does not
 see, patching the timer or the harness, and tensor subclasses that defer the work. Names are
 resolved through the module's imports, so ``import torch.nn.functional as F; F.relu`` and
-``from torch import relu`` are both caught. The rules are a first line only: the evaluator
-checks results at run time whatever the source looks like.
+``from torch import relu`` are both caught. A compute method counts only where its receiver may
+be a tensor (``seen.add(k)`` on a set does not; see ``check_kinds``), and kernel sources are read
+with their comments and literals blanked (see ``check_sources``). The rules are a first line
+only: the evaluator checks results at run time whatever the source looks like.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 
+from .check_kinds import LOAD_INLINE, Kinds
+from .check_scopes import Scopes
+from .check_sources import KernelSources
 from .results import CheckResult, Violation
 
 RULES: dict[str, str] = {
@@ -75,8 +79,9 @@ _COMPUTE_METHODS = set(
     "trace flip roll repeat_interleave conv1d conv2d conv3d linear hardtanh leaky_relu elu selu "
     "softplus mish dist cdist histc bincount count_nonzero nonzero unique cov corrcoef "
     "logical_and logical_or logical_not logical_xor bitwise_and bitwise_or bitwise_xor "
-    "apply_ map_ numpy".split()
+    "apply_ map_ numpy __matmul__ __rmatmul__ __imatmul__".split()
 )
+_MATMUL_FUNCTIONS = {"operator.matmul", "operator.imatmul", "operator.__matmul__", "operator.__imatmul__"}
 _THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "subprocess", "asyncio",
                    "signal", "torch.multiprocessing")
 _OS_PROCESS = set("fork forkpty system popen spawnl spawnle spawnlp spawnv spawnve spawnvp "
@@ -86,10 +91,6 @@ _HARNESS_MODULES = ("kevin_agent", "inspect", "gc", "ctypes", "importlib", "buil
 _HARNESS_SYS = set("_getframe modules settrace setprofile argv _current_frames "
                    "setswitchinterval".split())
 _HARNESS_BUILTINS = {"eval", "exec", "compile", "__import__", "open", "breakpoint", "globals"}
-_STREAM_WORDS = re.compile(
-    r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamPerThread|cudaStreamNonBlocking|"
-    r"cudaStreamLegacy|cudaGraphLaunch|cudaLaunchHostFunc|getStreamFromExternal)\b"
-)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -108,16 +109,16 @@ def _under(name: str, prefixes) -> bool:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, scopes: Scopes) -> None:
         self.device = device
+        self.scopes = scopes
+        self.kinds = Kinds(scopes)
         self.aliases: dict[str, str] = {}  # local name -> full dotted path of an imported thing
-        self.ext_names: set[str] = set()  # names bound to a load_inline() result
-        self.ext_attrs: set[str] = set()  # self.<attr> bound to one
         self.found: list[Violation] = []
         self.load_inline_calls: list[ast.Call] = []
 
-    def add(self, rule: str, message: str, node: ast.AST | None) -> None:
-        line = getattr(node, "lineno", None)
+    def add(self, rule: str, message: str, node: ast.AST | None, line: int | None = None) -> None:
+        line = getattr(node, "lineno", line)
         if not any(v.rule == rule and v.line == line and v.message == message for v in self.found):
             self.found.append(Violation(rule=rule, message=message, line=line))
 
@@ -185,6 +186,8 @@ class _Checker(ast.NodeVisitor):
             self.add("no-threads", f"`{full}` starts or signals processes; remove it", node)
         elif full == "contextlib.suppress":
             self.add("no-try-except", "`contextlib.suppress` hides errors; let failures raise", node)
+        elif full in _MATMUL_FUNCTIONS:
+            self.add("no-torch-compute", f"`{full}` is the `@` operator, a PyTorch matmul; {_INSTEAD}", node)
         if full.endswith(".__dict__"):
             self.add("no-monkeypatch", f"`{full}` exposes a module's namespace; remove it", node)
 
@@ -259,15 +262,6 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self.check_targets(node.targets)
-        value = node.value
-        is_ext = isinstance(value, ast.Call) and (_dotted(value.func) or "").endswith("load_inline")
-        is_ext = is_ext or (isinstance(value, ast.Name) and value.id in self.ext_names)
-        if is_ext:
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    self.ext_names.add(t.id)
-                elif isinstance(t, ast.Attribute):
-                    self.ext_attrs.add(t.attr)
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -292,7 +286,7 @@ class _Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         name = _dotted(func) or ""
-        if name.endswith("load_inline"):
+        if name.endswith("load_inline") or self.scopes.import_path(func) == LOAD_INLINE:
             self.load_inline_calls.append(node)
         if isinstance(func, ast.Name) and func.id not in self.aliases:
             if func.id in _HARNESS_BUILTINS:
@@ -303,30 +297,22 @@ class _Checker(ast.NodeVisitor):
                     rule = "no-harness" if func.id == "getattr" else "no-monkeypatch"
                     self.add(rule, f"`{func.id}()` on module `{self.resolve(node.args[0])}` "
                              "is not allowed; use the module's names directly", node)
+                elif func.id == "getattr" and len(node.args) >= 2:
+                    name = node.args[1]
+                    if isinstance(name, ast.Constant) and name.value in _COMPUTE_METHODS:
+                        self.check_method(name.value, node.args[0], node)
         elif isinstance(func, ast.Attribute) and self.resolve(func) is None:
-            if func.attr in _COMPUTE_METHODS and not self.is_extension(func.value):
-                self.add("no-torch-compute", f"`.{func.attr}()` is a PyTorch compute method; "
-                         f"{_INSTEAD}", node)
+            self.check_method(func.attr, func.value, node)
         self.generic_visit(node)
 
-    def is_extension(self, node: ast.AST) -> bool:
-        if isinstance(node, ast.Name):
-            return node.id in self.ext_names
-        return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id == "self" and node.attr in self.ext_attrs)
-
-    def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str):
-            for match in sorted(set(_STREAM_WORDS.findall(node.value))):
-                self.add("no-streams", f"kernel source uses `{match}`: work on other streams escapes "
-                         "the timer; launch on at::cuda::getCurrentCUDAStream()", node)
+    def check_method(self, method: str, receiver: ast.expr, node: ast.AST) -> None:
+        """A tensor compute method, unless the receiver surely is not a tensor (a Python
+        container, a string, the extension module)."""
+        if method in _COMPUTE_METHODS and not self.kinds.not_a_tensor(receiver):
+            self.add("no-torch-compute", f"`.{method}()` is a PyTorch compute method; {_INSTEAD}", node)
 
 
-def _string_values(tree: ast.AST) -> list[str]:
-    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-
-
-def _check_load_inline(checker: _Checker, tree: ast.Module, device: str) -> None:
+def _check_load_inline(checker: _Checker, sources: KernelSources, device: str) -> None:
     calls = checker.load_inline_calls
     if not calls:
         lang = "a CUDA source with a __global__ kernel" if device == "cuda" else "C++ in cpp_sources"
@@ -335,7 +321,7 @@ def _check_load_inline(checker: _Checker, tree: ast.Module, device: str) -> None
         return
     if device == "cuda":
         has_cuda = any("cuda_sources" in {k.arg for k in c.keywords} or len(c.args) >= 3 for c in calls)
-        if not has_cuda or not any("__global__" in s for s in _string_values(tree)):
+        if not has_cuda or not sources.has_cuda_kernel():
             checker.add("uses-load-inline", "no CUDA kernel: pass a source with a `__global__` function "
                         "as load_inline(cuda_sources=...)", calls[0])
     elif not any("cpp_sources" in {k.arg for k in c.keywords} or len(c.args) >= 2 for c in calls):
@@ -354,7 +340,7 @@ def run_checks(source: str, device: str) -> CheckResult:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return CheckResult(passed=False, violations=[syntax_violation(exc)])
-    checker = _Checker(device)
+    checker = _Checker(device, Scopes(tree))
     # Names are resolved wherever they are imported: code above an import can still use it at run time.
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -365,21 +351,14 @@ def run_checks(source: str, device: str) -> CheckResult:
             for alias in node.names:
                 mod = node.module or ""
                 checker.aliases[alias.asname or alias.name] = f"{mod}.{alias.name}" if mod else alias.name
-    # Extension handles are bound before use in most sources, but methods may precede __init__.
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            if (_dotted(node.value.func) or "").endswith("load_inline"):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        checker.ext_names.add(t.id)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
-            if node.value.id in checker.ext_names:
-                checker.ext_attrs.update(t.attr for t in node.targets if isinstance(t, ast.Attribute))
     checker.visit(tree)
+    sources = KernelSources(tree, checker.load_inline_calls, checker.scopes)
+    for word, line in sources.stream_uses():
+        checker.add("no-streams", f"kernel source uses `{word}`: work on other streams escapes the timer; "
+                    "launch on at::cuda::getCurrentCUDAStream()", None, line)
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
         checker.add("defines-modelnew", "no top-level `class ModelNew(nn.Module)`: name the optimized "
                     "class ModelNew", None)
-    _check_load_inline(checker, tree, device)
+    _check_load_inline(checker, sources, device)
     found = sorted(checker.found, key=lambda v: (v.line or 0, v.rule))
     return CheckResult(passed=not found, violations=found)

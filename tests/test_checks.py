@@ -1,14 +1,22 @@
-"""Static checks: every rule rejects a cheating source from tests/cheats and accepts honest ones."""
+"""Static checks: every rule rejects a cheating source from tests/cheats and accepts honest ones.
+
+The honest corpus is tests/cheats/honest_*.py, every kernel in the example responses and the
+few-shot examples; the cheats are the other files of tests/cheats, each naming the rule it breaks.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from kevin_agent.check_sources import STREAM_WORDS, find, lex
 from kevin_agent.checks import RULES, run_checks
+from kevin_agent.parsing import parse_response
 
 CHEATS = Path(__file__).parent / "cheats"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _header(path: Path) -> tuple[str, str]:
@@ -128,3 +136,148 @@ def test_violations_carry_lines_and_every_rule_is_described():
 def test_syntax_error_is_a_violation_not_an_exception():
     result = run_checks("class ModelNew(:\n", "cpu")
     assert not result.passed and result.violations[0].rule == "syntax"
+
+
+# --- the example kernels ----------------------------------------------------------------------
+
+#: Example responses written to break a rule: (file stem, turn) -> the rule.
+BREAKS_A_RULE = {("rmsnorm.cpu", 6): "no-torch-compute", ("softmax.cpu", 7): "no-try-except",
+                 ("softmax.cpu", 1): "defines-modelnew"}
+
+
+def _example_kernels():
+    for path in sorted((ROOT / "examples").glob("*.jsonl")):
+        device = path.stem.split(".")[-1]
+        for turn, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            code = parse_response(json.loads(line)["text"]).code
+            if code is not None:  # the turns cut off while reasoning, or with no code block, have none
+                yield pytest.param(code, device, BREAKS_A_RULE.get((path.stem, turn)), id=f"{path.stem}-{turn}")
+
+
+EXAMPLE_KERNELS = list(_example_kernels())
+FEW_SHOT = sorted((ROOT / "prompts" / "examples").glob("*_add.py"))
+
+
+@pytest.mark.parametrize(("code", "device", "rule"), EXAMPLE_KERNELS)
+def test_example_kernels_pass_unless_written_to_break_a_rule(code, device, rule):
+    result = run_checks(code, device)
+    if rule is None:
+        assert result.passed, result.summary()
+    else:
+        assert rule in {v.rule for v in result.violations}, result.summary()
+
+
+def test_example_corpus_covers_both_devices_and_every_rule_breaker():
+    ids = {p.id for p in EXAMPLE_KERNELS}
+    assert {f"{stem}-{turn}" for stem, turn in BREAKS_A_RULE} <= ids
+    assert {p.values[1] for p in EXAMPLE_KERNELS if p.values[2] is None} == {"cpu", "cuda"}
+    assert [p.name for p in FEW_SHOT] == ["cpu_add.py", "cuda_add.py"]
+
+
+@pytest.mark.parametrize("path", FEW_SHOT, ids=lambda p: p.stem)
+def test_few_shot_examples_pass(path):
+    result = run_checks(path.read_text(encoding="utf-8"), path.stem.split("_")[0])
+    assert result.passed, result.summary()
+
+
+# --- what a method is called on -----------------------------------------------------------------
+
+def _in_forward(snippet: str) -> str:
+    body = "".join(f"        {line}\n" for line in snippet.splitlines())
+    return _variant("        n, c = x.shape[0], x.size(1)\n", body + "        n, c = x.shape[0], x.size(1)\n")
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "seen = set()\nseen.add(x.dim())\nseen.add(tuple(x.shape))",
+        "keys = []\nkeys.append(3)\nkeys.sort()\nordered = sorted(keys)\nordered.sort(reverse=True)",
+        "sizes = {'n': x.size(0)}\nfor name, size in sizes.items():\n    assert name and size",
+        "label = ','.join(str(d) for d in x.shape)\nwords = label.split(',')\nwords.sort(key=len)",
+        "dims = [i for i in range(x.dim())]\ndims.sort()\nunique = set(dims)\nunique.add(len(dims))",
+        "total = 0\nfor i, d in enumerate(list(x.shape)):\n    total += i * d\nacc = [total]\nacc.sort()",
+        "count = len(x.shape)\ncount += 1\nhist = {}\nhist.update(a=count)\nset.add(set(), count)",
+        "idx = x.tolist()\nidx.sort()\nfirst, *rest = [1, 2, 3]\nrest.sort()",
+        "y = self.ext.add(x, 1.0)\ny = self.ext.sort(x)",  # kernels named like tensor methods
+    ],
+)
+def test_python_bookkeeping_is_not_torch_compute(snippet):
+    result = run_checks(_in_forward(snippet), "cpu")
+    assert result.passed, result.summary()
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "a = []\na = x\na.sum()",
+        "a = [x]\na[0].sum()",
+        "a = [x]\na.pop().exp()",
+        "d = {}\nd.get(0, x).sum()",
+        "for v in [x]:\n    v.exp()",
+        "[v.exp() for v in (x, x)]",
+        "s = set() if n else x\ns.add(1)",
+        "total = 0\ntotal += x\ntotal.sum()",
+        "a, b = x, []\na.sum()",
+        "*a, b = 1, 2, x\nb.exp()",
+        "reversed(x).sum()",
+        "max([x, x]).sum()",
+        "type(x).sum(x)",
+        "def same(v):\n    return v\nsame(x).sum()",
+        "f = lambda: x\nf().sum()",
+        "set = lambda v: v\nset(x).add(1)",
+        "class Box:\n    shape = x\nBox().shape.sum()",
+        "self.seen = set()\nself.seen = x\nself.seen.add(1)",
+        "self.__cache = []\nself._ModelNew__cache = x\nself.__cache.sort()",
+    ],
+)
+def test_a_tensor_behind_a_python_name_is_still_compute(snippet):
+    result = run_checks(_in_forward(snippet), "cpu")
+    assert "no-torch-compute" in {v.rule for v in result.violations}, result.summary()
+
+
+# --- kernel sources read as code ----------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("cpp", "code"),
+    [
+        ("a = 1; // cudaStreamCreate", "a = 1;"),
+        ("a /* cudaStreamCreate */ b", "a b"),
+        ('s = "x // y /* z"; t', "s = ; t"),
+        ('s = "a \\" b"; t', "s = ; t"),  # an escaped quote does not end the string
+        ("c = '\\''; d", "c = ; d"),
+        ("c = '\"'; d", "c = ; d"),
+        ("n = 1'000'000; m = 'q';", "n = 1'000'000; m = ;"),
+        ('r = R"d(a )" // b)d"; e', "r = R ; e"),
+        ("f(); // a comment \\\ng(); h();\nk();", "f(); k();"),  # a splice continues the comment
+        ("cudaStream\\\nCreate", "cudaStreamCreate"),  # and joins an identifier
+        ("/\\\n* c */ x", "x"),
+        ('s = "unterminated\nx', "s = x"),
+        ("u8'a' + L\"b\" x", "u8 + L x"),
+    ],
+)
+def test_lexing_keeps_only_code(cpp, code):
+    assert " ".join(lex(cpp)[0].split()) == code
+
+
+def test_text_after_a_run_time_piece_is_read_in_every_state():
+    after = ('/* ", cudaStreamCreate(&s); // */', None)
+    assert find(STREAM_WORDS, [("const char* s = ", None), after]) == []  # a real comment
+    assert [w for w, _ in find(STREAM_WORDS, [("const char* s = ", None), None, after])] == ["cudaStreamCreate"]
+    fragment = [("/* ', cudaStreamCreate(&s); // */", None)]  # after a run-time "char c = '"
+    assert find(STREAM_WORDS, fragment) == [] and find(STREAM_WORDS, fragment, known_start=False) != []
+
+
+def test_stream_violation_names_the_line_of_the_call():
+    path = CHEATS / "stream_after_escaped_quote.py"
+    source = path.read_text(encoding="utf-8")
+    (v,) = [v for v in run_checks(source, "cuda").violations if v.rule == "no-streams"]
+    assert "cudaStreamCreate(&s)" in source.splitlines()[v.line - 1]
+
+
+def test_load_inline_under_another_name_is_recognized_and_its_sources_read():
+    source = (CHEATS / "honest_cpu.py").read_text(encoding="utf-8").replace(
+        "from torch.utils.cpp_extension import load_inline", "from torch.utils.cpp_extension import load_inline as build"
+    ).replace("ext = load_inline(", "ext = build(")
+    assert run_checks(source, "cpu").passed, run_checks(source, "cpu").summary()
+    side = source + '\nmake = build\nside = make(name="s", cpp_sources="void f() { cudaStreamCreate(0); }")\n'
+    assert "no-streams" in {v.rule for v in run_checks(side, "cpu").violations}
