@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from .lineage import outcome, path_to, tree_lines
 from .results import EvalResult, RunInfo, Status, TimingStats, TurnRecord, best_record
 
 REPORT_FORMAT = 1
@@ -191,6 +192,20 @@ def _best_section(best: TurnRecord) -> list[str]:
     return lines
 
 
+def _path_section(records: Sequence[TurnRecord], best: TurnRecord) -> list[str]:
+    """The turns that led to the winner, one row each: where each came from and what it got."""
+    lines = ["### The winner's path", "",
+             "Each turn's prompt carried the turns above it (their kernels, summaries and feedback).", "",
+             "| turn | trajectory | outcome | the model's summary |", "| ---: | ---: | --- | --- |"]
+    for rec in path_to(records, (best.trajectory, best.turn)):
+        summary = rec.summary.strip().splitlines()[0][:120] if rec.summary.strip() else "-"
+        lines.append(f"| {rec.turn} | {rec.trajectory} | {outcome(rec)} | {summary.replace('|', '/')} |")
+    tree = tree_lines(records, (best.trajectory, best.turn))
+    if any(r.parent_trajectory is not None for r in records):
+        lines += ["", "All trajectories (`*` marks the winner's path):", "", "```", *tree, "```"]
+    return lines
+
+
 def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: str | None = None) -> str:
     """The report as markdown; ``chart_name`` is the PNG's path relative to the markdown file
     (None leaves the chart out, e.g. for a CI step summary where it cannot be shown)."""
@@ -220,6 +235,7 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
 
     if best is not None:
         lines += _best_section(best)
+        lines += ["", *_path_section(records, best)]
     else:
         lines += ["## No verified kernel", "", "No turn produced a kernel that passed the correctness checks."]
     lines.append("")

@@ -1,0 +1,73 @@
+"""A run's trajectories as a tree: which turn continued which, for `show`, the history screen
+and the report. A chain of turns of one trajectory is one line; a turn continued by another
+trajectory (a beam slot, a branch) starts an indented line under the turn it came from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .formatting import fmt_speedup
+from .results import Status, TurnRecord
+
+Key = tuple[int, int]
+
+SHORT = {
+    Status.PARSE_ERROR: "parse error",
+    Status.CHECK_FAILED: "check failed",
+    Status.COMPILE_ERROR: "compile error",
+    Status.RUNTIME_ERROR: "runtime error",
+    Status.INCORRECT: "incorrect",
+    Status.TIMEOUT: "timeout",
+    Status.CANCELLED: "cancelled",
+}
+
+
+def outcome(record: TurnRecord) -> str:
+    """A turn's outcome in a word or two: the speedup of a correct turn, else how it failed."""
+    return fmt_speedup(record.speedup) if record.correct else SHORT.get(record.status, record.status.value)
+
+
+def path_to(records: Sequence[TurnRecord], key: Key | None) -> list[TurnRecord]:
+    """The turns that led to ``key``, oldest first, ``key`` itself last."""
+    by_key = {(r.trajectory, r.turn): r for r in records}
+    path: list[TurnRecord] = []
+    while key is not None and (rec := by_key.get(key)) is not None:
+        path.append(rec)
+        key = rec.previous()
+    return path[::-1]
+
+
+def tree_lines(records: Sequence[TurnRecord], winner: Key | None = None,
+               label: Callable[[TurnRecord], str] = outcome) -> list[str]:
+    """The trajectories as text lines; turns on the winner's path carry a ``*``."""
+    finished = [r for r in records if r.finished]
+    keys = {(r.trajectory, r.turn) for r in finished}
+    children: dict[Key | None, list[TurnRecord]] = {}
+    for rec in sorted(finished, key=lambda r: (r.turn, r.trajectory)):
+        parent = rec.previous()
+        children.setdefault(parent if parent in keys else None, []).append(rec)
+    on_path = {(r.trajectory, r.turn) for r in path_to(finished, winner)}
+    lines: list[str] = []
+
+    def cell(rec: TurnRecord) -> str:
+        star = "*" if (rec.trajectory, rec.turn) in on_path else ""
+        return f"{rec.turn}:{label(rec)}{star}"
+
+    def chain(start: TurnRecord, indent: str, origin: str) -> None:
+        cells, forks, rec = [cell(start)], [], start
+        while True:
+            kids = children.get((rec.trajectory, rec.turn), [])
+            same = [k for k in kids if k.trajectory == rec.trajectory]
+            forks += [(rec, k) for k in kids if k.trajectory != rec.trajectory]
+            if not same:
+                break
+            forks += [(rec, k) for k in same[1:]]
+            rec = same[0]
+            cells.append(cell(rec))
+        lines.append(f"{indent}t{start.trajectory}{origin}  " + " -> ".join(cells))
+        for parent, kid in forks:
+            chain(kid, indent + "  ", f" (from t{parent.trajectory} turn {parent.turn})")
+
+    for root in children.get(None, []):
+        chain(root, "", "")
+    return lines
