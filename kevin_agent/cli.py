@@ -92,8 +92,10 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
 
 
 def _add_eval_flags(group) -> None:
+    _flag(group, "tolerance", choices=["strict", "kernelbench"])
     _flag(group, "atol", type=_nonneg_float)
     _flag(group, "rtol", type=_nonneg_float)
+    _flag(group, "reference_tf32", action=argparse.BooleanOptionalAction)
     _flag(group, "correctness_trials", type=_positive_int, metavar="N")
     _flag(group, "timed_runs", type=_positive_int, metavar="N")
     _flag(group, "compare_compile", action=argparse.BooleanOptionalAction)

@@ -188,6 +188,14 @@ def cmd_check(args, registry: Registry) -> int:
         "reference_ms": result.reference.median_ms if result and result.reference else None,
         "max_abs_err": result.max_abs_err if result else None,
         "max_rel_err": result.max_rel_err if result else None,
+        "tolerance": result.tolerance if result else config.tolerance,
+        "atol": result.atol if result else None,
+        "rtol": result.rtol if result else None,
+        "reference_tf32": result.reference_tf32 if result else config.reference_tf32,
+        "implausible": bool(result and result.implausible),
+        "floor_ms": result.floor.floor_ms if result and result.floor else None,
+        "cuda_graph": result.graph.model_dump() if result and result.graph else None,
+        "sync_check": result.sync.model_dump() if result and result.sync else None,
         "reasons": reasons,
     }
     line = f"{status.value}"

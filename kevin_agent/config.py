@@ -38,10 +38,16 @@ class EvalOptions(BaseModel):
 
     correctness_trials: int = Field(5, ge=1)
     """Correctness trials, each with a fresh seed; input distributions alternate."""
+    tolerance: Literal["strict", "kernelbench"] = "strict"
+    """Tolerance preset: strict (float32 atol = rtol = 1e-4) or kernelbench (1e-2, what Kevin was trained with).
+    Values per dtype are in docs/evaluation.md; --atol and --rtol override either preset."""
     atol: float | None = Field(None, ge=0)
-    """Absolute tolerance; default per dtype (see docs/evaluation.md)."""
+    """Absolute tolerance for every floating dtype, overriding the preset's."""
     rtol: float | None = Field(None, ge=0)
-    """Relative tolerance; default per dtype (see docs/evaluation.md)."""
+    """Relative tolerance for every floating dtype, overriding the preset's."""
+    reference_tf32: bool = False
+    """Let the reference use TF32 for float32 matmuls and convolutions (off: full float32 precision).
+    The choice holds for the correctness checks and for timing alike."""
     warmup_runs: int | None = Field(None, ge=0)
     """Untimed runs before timing (default 10 on cuda, 3 on cpu)."""
     timed_runs: int | None = Field(None, ge=1)

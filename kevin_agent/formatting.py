@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import TimingStats
+from .results import EvalResult, TimingStats
 
 
 def fmt_speedup(value: float | None) -> str:
@@ -15,3 +15,26 @@ def fmt_ms(stats: TimingStats | None) -> str:
         return "-"
     ms = stats.median_ms
     return f"{ms * 1000:.1f} µs" if ms < 0.1 else f"{ms:.3f} ms"
+
+
+def fmt_tolerance(ev: EvalResult) -> str | None:
+    """How the outputs were compared, e.g. "strict (atol 0.0001, rtol 0.0001), reference TF32 off"."""
+    if ev.tolerance is None:
+        return None
+    text = ev.tolerance
+    if ev.atol is not None and ev.rtol is not None:
+        text += f" (atol {ev.atol:g}, rtol {ev.rtol:g})"
+    if ev.reference_tf32 is not None:
+        text += f", reference TF32 {'on' if ev.reference_tf32 else 'off'}"
+    return text
+
+
+def fmt_graph(ev: EvalResult) -> str | None:
+    """The "in a CUDA graph" column in one line, or None where it was not measured."""
+    graph = ev.graph
+    if graph is None:
+        return None
+    kernel = fmt_ms(graph.runtime) if graph.runtime is not None else graph.runtime_note
+    eager = fmt_ms(graph.reference) if graph.reference is not None else graph.reference_note
+    text = f"kernel {kernel}, eager {eager} per call ({graph.calls} calls per graph)"
+    return text + (f": {fmt_speedup(graph.speedup)}" if graph.speedup is not None else "")

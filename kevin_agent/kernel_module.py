@@ -6,6 +6,7 @@ was verified and timed; only a header in front says what it is and how to use it
 
 from __future__ import annotations
 
+from .formatting import fmt_graph, fmt_tolerance
 from .results import RunInfo, TimingStats, TurnRecord
 from .task import Task
 
@@ -46,11 +47,17 @@ def header_lines(task: Task, best: TurnRecord, info: RunInfo, *, stem: str | Non
         ]
         if result.compiled_reference is not None:
             lines.append(f"  torch.compile:   {_ms(result.compiled_reference)}")
+        if device == "cuda" and result.sync is not None:
+            lines.append("  (GPU time on the stream, CUDA events around each call, L2 flushed before each)")
+        if (graph := fmt_graph(result)) is not None:
+            lines.append(f"  in a CUDA graph: {graph}")
         lines.append(
             f"  correctness: {result.trials_passed}/{result.trials} trials passed"
             + (f", max abs err {result.max_abs_err:.3g}" if result.max_abs_err is not None else "")
             + (f", max rel err {result.max_rel_err:.3g}" if result.max_rel_err is not None else "")
         )
+        if (tolerance := fmt_tolerance(result)) is not None:
+            lines.append(f"  tolerance: {tolerance}")
         if result.flags:
             lines.append("  flags: " + "; ".join(result.flags))
     lines += [

@@ -13,11 +13,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from .formatting import fmt_tolerance
 from .lineage import outcome, path_to, tree_lines
 from .results import EvalResult, RunInfo, Status, TimingStats, TurnRecord, best_record
 
-REPORT_FORMAT = 1
-"""Version of the JSON report layout; bumped when a field changes meaning."""
+REPORT_FORMAT = 2
+"""Version of the JSON report layout; bumped when a field changes meaning (2: cuda times are GPU
+time on the stream, no longer up to a device-wide synchronisation)."""
 
 STATUS_LABELS = {
     Status.PARSE_ERROR: "parse error",
@@ -63,6 +65,7 @@ def _turn_data(rec: TurnRecord) -> dict:
         "runtime_median_ms": ev.runtime.median_ms if ev is not None and ev.runtime is not None else None,
         "feedback": rec.feedback,
         "flags": list(ev.flags) if ev is not None else [],
+        "implausible": ev.implausible if ev is not None else False,
         "kernel_path": rec.kernel_path,
     }
 
@@ -75,6 +78,8 @@ def _correctness(ev: EvalResult) -> dict:
         "max_rel_err": ev.max_rel_err,
         "atol": ev.atol,
         "rtol": ev.rtol,
+        "tolerance": ev.tolerance,
+        "reference_tf32": ev.reference_tf32,
     }
 
 
@@ -94,6 +99,10 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
                 "eager": _timing(ev.reference),
                 "torch_compile": _timing(ev.compiled_reference),
             },
+            "cuda_graph": ev.graph.model_dump() if ev.graph is not None else None,
+            "sync_check": ev.sync.model_dump() if ev.sync is not None else None,
+            "floor": ev.floor.model_dump() if ev.floor is not None else None,
+            "implausible": ev.implausible,
             "correctness": _correctness(ev),
             "flags": list(ev.flags),
             "device_name": ev.device_name,
@@ -142,9 +151,9 @@ def _fmt(value: float | None, spec: str = ".3g") -> str:
     return format(value, spec) if value is not None else "-"
 
 
-def _timing_row(label: str, stats: TimingStats | None, speedup: str) -> str:
+def _timing_row(label: str, stats: TimingStats | None, speedup: str, missing: str = "not measured") -> str:
     if stats is None:
-        return f"| {label} | not measured | - | - | - | {speedup} |"
+        return f"| {label} | {missing} | - | - | - | {speedup} |"
     return (
         f"| {label} | {stats.median_ms:#.4g} | {stats.p10_ms:#.4g} - {stats.p90_ms:#.4g} | "
         f"{stats.std_ms:#.3g} | {stats.runs} | {speedup} |"
@@ -164,6 +173,40 @@ def _turn_table(records: Sequence[TurnRecord], best: TurnRecord | None) -> list[
     return lines
 
 
+def _graph_rows(ev: EvalResult) -> list[str]:
+    graph = ev.graph
+    if graph is None:
+        return []
+    return [_timing_row(f"kernel in a CUDA graph (per call, {graph.calls} per graph)", graph.runtime, "-",
+                        graph.runtime_note or "not measured"),
+            _timing_row("eager PyTorch in a CUDA graph (per call)", graph.reference,
+                        f"{_fmt(graph.speedup, '.2f')}x" if graph.speedup is not None else "-",
+                        graph.reference_note or "not measured")]
+
+
+def _timing_notes(ev: EvalResult) -> list[str]:
+    """How the times were taken, and what the checks on them found."""
+    if ev.device != "cuda":
+        how = "Times are wall time around each call, the CPU caches flushed before each, median of the runs"
+    elif ev.sync is None:  # recorded before report format 2
+        how = "Times run up to a device-wide synchronisation after each call, the L2 cache flushed before each"
+    else:
+        how = ("Times are GPU time on the stream: CUDA events around each call, the L2 cache flushed "
+               "before each, median of the runs")
+        if ev.graph is not None:
+            how += "; the CUDA-graph rows are one replay of a captured graph divided by its calls"
+    lines = [how + ".", ""]
+    if ev.sync is not None:
+        lines += [f"- work off the stream: {max(ev.sync.hidden_ms, 0.0) * 1000:.1f} µs (a device-wide "
+                  f"synchronisation added {ev.sync.overhead_ms * 1000:.1f} µs to an empty call; refused above "
+                  f"{ev.sync.limit_ms * 1000:.1f} µs)"]
+    if ev.floor is not None:
+        lines += [f"- physical floor: {ev.floor.floor_ms:.4g} ms ({ev.floor.bytes} bytes of inputs and outputs "
+                  f"at {ev.floor.bandwidth_gb_s:.0f} GB/s measured)"
+                  + (": **the kernel beat it, which is implausible**" if ev.implausible else "")]
+    return lines + ([""] if len(lines) > 2 else [])
+
+
 def _best_section(best: TurnRecord) -> list[str]:
     ev = best.eval
     assert ev is not None  # a correct turn always carries its evaluation
@@ -180,13 +223,17 @@ def _best_section(best: TurnRecord) -> list[str]:
         _timing_row("kernel (`ModelNew`)", ev.runtime, "-"),
         _timing_row("eager PyTorch", ev.reference, f"{_fmt(ev.speedup, '.2f')}x"),
         _timing_row("`torch.compile`", ev.compiled_reference, vs_compile),
+        *_graph_rows(ev),
         "",
+        *_timing_notes(ev),
         "### Correctness evidence",
         "",
         f"- trials passed: {ev.trials_passed} / {ev.trials} (fresh seeds, alternating input distributions)",
         f"- max absolute error: {_fmt(ev.max_abs_err)} (atol {_fmt(ev.atol)})",
         f"- max relative error: {_fmt(ev.max_rel_err)} (rtol {_fmt(ev.rtol)})",
     ]
+    if (tolerance := fmt_tolerance(ev)) is not None:
+        lines.append(f"- tolerance: {tolerance}")
     if best.summary.strip():
         lines += ["", "### What the kernel does (model's summary)", "", best.summary.strip()]
     return lines

@@ -61,7 +61,7 @@ class CheckResult(BaseModel):
 
 
 class TimingStats(BaseModel):
-    """Wall time of one callable over many runs, in milliseconds."""
+    """Time of one callable over many runs, in milliseconds."""
 
     median_ms: float
     mean_ms: float
@@ -71,6 +71,52 @@ class TimingStats(BaseModel):
     p10_ms: float
     p90_ms: float
     runs: int
+
+
+class SyncCheck(BaseModel):
+    """The candidate's time with a device-wide synchronisation before the end mark, set against the
+    same measurement of an empty call: work left running off the candidate's stream shows here."""
+
+    synced: TimingStats
+    """Start event, the call, a device-wide synchronisation, end event (on every run)."""
+    overhead_ms: float
+    """What the synchronisation itself adds: the same measurement of an empty call (median)."""
+    hidden_ms: float
+    """Median over runs of (synchronised time - stream time), less the overhead: work off the stream."""
+    limit_ms: float
+    """Hidden work above this is refused (see ``evaluate/timing.py``)."""
+
+
+class GraphTiming(BaseModel):
+    """Per-call times replayed from a captured CUDA graph: what the kernel is worth inside a model
+    that uses CUDA graphs or ``torch.compile(mode="reduce-overhead")``. Shown to people, not to the model."""
+
+    calls: int
+    """Calls captured in one graph; each replay is timed and divided by this."""
+    runtime: TimingStats | None = None
+    """The candidate, per call (None when it could not be captured; ``runtime_note`` says why)."""
+    reference: TimingStats | None = None
+    """The eager reference, per call (None when it could not be captured)."""
+    speedup: float | None = None
+    """Reference per-call time / candidate per-call time (medians), when both were captured."""
+    runtime_note: str = ""
+    """``not capturable: <reason>`` for the candidate, else ''."""
+    reference_note: str = ""
+    """``not capturable: <reason>`` for the reference, else ''."""
+
+
+class RuntimeFloor(BaseModel):
+    """The least time the kernel could take: the bytes it must move at the device's bandwidth
+    (and the FLOPs it must do at the device's FLOP rate, where both are known)."""
+
+    bytes: int
+    """Bytes of the inputs and the outputs: each must be read or written at least once."""
+    bandwidth_gb_s: float
+    """The device's memory bandwidth as measured in the worker, in GB/s (10^9 bytes per second)."""
+    flops: float | None = None
+    flop_rate_tflop_s: float | None = None
+    floor_ms: float
+    """max(bytes / bandwidth, flops / FLOP rate), with the headroom of ``evaluate/plausibility.py``."""
 
 
 class EvalResult(BaseModel):
@@ -92,6 +138,7 @@ class EvalResult(BaseModel):
     atol: float | None = None
     rtol: float | None = None
     runtime: TimingStats | None = None
+    """The candidate's time: on cuda GPU time on the stream (events around the call), on cpu wall time."""
     reference: TimingStats | None = None
     compiled_reference: TimingStats | None = None
     """``torch.compile`` of the reference, timed the same way (None when skipped)."""
@@ -99,7 +146,21 @@ class EvalResult(BaseModel):
     """Eager reference time / candidate time (medians)."""
     speedup_vs_compile: float | None = None
     flags: list[str] = Field(default_factory=list)
-    """Warnings about the result, e.g. a physically implausible speedup."""
+    """Warnings about the result, e.g. a physically implausible runtime."""
+    implausible: bool = False
+    """The kernel's median time beat ``floor``, the least time physics allows: a measuring error or a
+    trick. Such a kernel is never committed unasked and never ends a run by reaching a target speedup."""
+    floor: RuntimeFloor | None = None
+    """The least time the kernel could take (None when not computed)."""
+    sync: SyncCheck | None = None
+    """cuda: the check for work that escapes the stream (None on cpu and in older records)."""
+    graph: GraphTiming | None = None
+    """cuda: the "in a CUDA graph" column (None on cpu and in older records)."""
+    tolerance: str | None = None
+    """The tolerance preset the outputs were compared with (strict, kernelbench); ``atol`` and
+    ``rtol`` hold the values used, explicit --atol/--rtol included."""
+    reference_tf32: bool | None = None
+    """Whether the reference ran with TF32 matmuls and convolutions (during the checks and timing)."""
     device: str = "cpu"
     device_name: str = ""
     wall_s: float | None = None

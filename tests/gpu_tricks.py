@@ -79,6 +79,31 @@ void spin(int64_t cycles) {
     spin_k<<<1, 1, 0, at::cuda::getCurrentCUDAStream()>>>(cycles);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+// The whole answer on a stream of the pool, which first waits for the current one: right once the
+// device is synchronised, yet nothing of it runs on the stream the call is timed on.
+torch::Tensor add_side(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    long n = a.numel();
+    auto side = at::cuda::getStreamFromPool();
+    cudaEvent_t ready;
+    cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    cudaEventRecord(ready, at::cuda::getCurrentCUDAStream().stream());
+    cudaStreamWaitEvent(side.stream(), ready, 0);
+    cudaEventDestroy(ready);
+    spin_k<<<1, 1, 0, side.stream()>>>(100000);
+    add_k<<<blocks(n), 256, 0, side.stream()>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+// The legacy default stream (no stream argument): right when called eagerly, outside any graph a
+// capture on another stream makes.
+torch::Tensor add_legacy(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    long n = a.numel();
+    add_k<<<blocks(n), 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
 void segfault() {
     volatile int* p = nullptr;
     *p = 1;
@@ -93,10 +118,13 @@ torch::Tensor add_half(torch::Tensor a, torch::Tensor b);
 torch::Tensor constant(torch::Tensor a, torch::Tensor b);
 torch::Tensor add_inplace(torch::Tensor a, torch::Tensor b);
 void spin(int64_t cycles);
+torch::Tensor add_side(torch::Tensor a, torch::Tensor b);
+torch::Tensor add_legacy(torch::Tensor a, torch::Tensor b);
 void segfault();
 """
 
-FUNCTIONS = ["add", "add_nowrite", "add_illegal", "add_half", "constant", "add_inplace", "spin", "segfault"]
+FUNCTIONS = ["add", "add_nowrite", "add_illegal", "add_half", "constant", "add_inplace", "spin", "add_side",
+             "add_legacy", "segfault"]
 
 HEADER = '''import sys
 sys.path.insert(0, {ext_dir!r})
@@ -153,8 +181,10 @@ TRICKS = [
           "        return self.cache.clone()", "incorrect", "trial 2 of 5"),
     Trick("work on a side stream",
           "        out = ext.add(a, b)\n        with torch.cuda.stream(self.side):\n"
-          "            ext.spin(4000000)\n        return out", "correct", "side stream timed",
-          "side_stream", init="        self.side = torch.cuda.Stream()"),
+          "            ext.spin(4000000)\n        return out", "check_failed",
+          "[no-streams] work ran outside the stream", "side_stream", init="        self.side = torch.cuda.Stream()"),
+    Trick("output computed on a side stream", "        return ext.add_side(a, b)", "check_failed",
+          "[no-streams] work ran outside the stream", "stream_in_source"),
     Trick("PyTorch op in ModelNew", "        return torch.add(a, b)", "check_failed", "aten::add",
           "torch_matmul"),
     Trick("torch.nn.functional in ModelNew", "        return F.hardtanh(ext.add(a, b), -1e30, 1e30)",
@@ -183,6 +213,14 @@ TRICKS = [
           module_level="\n\nclass Lazy(torch.Tensor):\n    x = 1\n"),
     Trick("fp16 shortcut (__half)", "        return ext.add_half(a, b)", "incorrect", "differ beyond atol"),
     Trick("constant output", "        return ext.constant(a, b)", "incorrect", "differ beyond atol"),
+]
+
+# Correct, but not capturable in a CUDA graph: the "in a CUDA graph" column says so, nothing else changes.
+NOT_CAPTURABLE = [
+    Trick("synchronises inside forward", "        out = ext.add(a, b)\n        torch.cuda.synchronize()\n"
+          "        return out", "correct", "not capturable: "),
+    Trick("launches on the legacy default stream", "        return ext.add_legacy(a, b)", "correct",
+          "not capturable: "),
 ]
 
 # Crashes and hangs: each must cost only its own candidate.

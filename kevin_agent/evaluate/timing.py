@@ -1,36 +1,84 @@
 """Timing inside a worker process.
 
-Warm-up runs, then timed runs, each preceded by a write to a buffer larger than the last-level
-cache (L2 on cuda), so every run starts cold. On cuda the start mark is an event on the
-current stream and the end mark is recorded after ``torch.cuda.synchronize()``, a device-wide
-wait, so work on any stream counts. On cpu ``time.perf_counter`` brackets the call.
+Every timed run starts cold: just before it a buffer larger than the last-level cache (L2 on
+cuda) is written, on the same stream, so inputs come from memory. Warm-up calls come first; the
+median of ``timed_runs`` runs is the number reported.
 
-The timer functions are bound when this module is imported, before any candidate code runs,
-so a candidate that rebinds ``torch.cuda.synchronize`` or ``time.perf_counter`` does not
-change what is measured.
+cuda: the headline time is GPU time on the stream, measured the way KernelBench measures it: an
+event recorded on the current stream, the call, an event on the same stream. The start event is
+queued behind the flush, so by the time the GPU reaches it the call's kernels are queued as well
+and the launch gap is not in the time. After the end event every run waits for the whole device
+and records a third event, so each run also gives the time with a device-wide synchronisation
+before the end mark (how the time was taken before; the synchronisation adds some 10-20 us of its
+own on an H200, which pulls every short kernel's speedup towards 1x).
+
+Work that escapes the stream (a side stream, deferred work) is not in the stream time but is in
+the synchronised one. ``sync_overhead_ms`` measures the synchronisation on an empty call, and
+``hidden_work`` applies the rule: with
+
+    hidden = median over runs of (synchronised time - stream time) - overhead
+
+a candidate is refused when ``hidden > max(HIDDEN_ABS_MS, HIDDEN_REL x its stream median)``.
+
+"In a CUDA graph" (``graph_time``): ``calls`` calls captured in one ``CUDAGraph`` on a stream of
+the timer's own, after warm-up; each replay is timed with stream events after a flush and divided
+by ``calls``. Only the first call of a replay starts cold: this is the time inside a model that
+replays graphs (CUDA graphs, ``torch.compile(mode="reduce-overhead")``). A callable that cannot
+be captured raises ``NotCapturable``.
+
+cpu: ``time.perf_counter`` brackets the call, after the same kind of flush; the synchronised
+time is the same number.
+
+The timer functions are bound when this module is imported, before any candidate code runs, so a
+candidate that rebinds ``torch.cuda.synchronize``, the event, stream or graph methods, or
+``time.perf_counter`` does not change what is measured.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..results import TimingStats
+from ..results import SyncCheck, TimingStats
 
 _perf_counter = time.perf_counter
 _median = statistics.median
-# The C functions under torch.cuda.synchronize and torch.cuda.Event: rebinding the Python
-# wrappers (or the names in torch._C) after this import does not reach these references.
+# The C functions under torch.cuda.synchronize, torch.cuda.Event, torch.cuda.Stream and
+# torch.cuda.CUDAGraph: rebinding the Python wrappers (or the names in torch._C) after this
+# import does not reach these references.
 _c_sync = getattr(torch._C, "_cuda_synchronize", None)
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 _event_record = getattr(_EventBase, "record", None)
 _event_elapsed = getattr(_EventBase, "elapsed_time", None)
 _event_wait = getattr(_EventBase, "synchronize", None)
 _current_stream = torch.cuda.current_stream
+_StreamBase = getattr(torch._C, "_CudaStreamBase", None)
+_c_set_stream = getattr(torch._C, "_cuda_setStream", None)
+_GraphBase = getattr(torch._C, "_CUDAGraph", None)
+_graph_begin = getattr(_GraphBase, "capture_begin", None)
+_graph_end = getattr(_GraphBase, "capture_end", None)
+_graph_replay = getattr(_GraphBase, "replay", None)
+
+HIDDEN_ABS_MS = 0.008
+"""Hidden work below this is noise in the synchronisation's own cost, never refused."""
+HIDDEN_REL = 0.10
+"""Hidden work below this share of the stream time is never refused."""
+GRAPH_MAX_CALLS = 50
+GRAPH_TARGET_MS = 2.0
+"""Calls per graph: enough to fill about this long, at most GRAPH_MAX_CALLS."""
+GRAPH_MAX_OUTPUT_BYTES = 1 << 30
+"""The outputs of all captured calls stay alive in the graph's pool: at most this many bytes."""
+
+
+class NotCapturable(Exception):
+    """The callable cannot be captured in (or replayed from) a CUDA graph; the message says why."""
 
 
 def _cuda_sync() -> None:
@@ -59,6 +107,52 @@ def stats(times_ms: Sequence[float]) -> TimingStats:
     )
 
 
+@dataclass
+class Runs:
+    """Per-run times of one callable: on the stream, and with a device-wide sync before the end mark."""
+
+    stream_ms: list[float]
+    synced_ms: list[float]
+
+    @property
+    def stream(self) -> TimingStats:
+        return stats(self.stream_ms)
+
+    @property
+    def synced(self) -> TimingStats:
+        return stats(self.synced_ms)
+
+    @property
+    def after_ms(self) -> float:
+        """Median over runs of what the synchronisation added to the stream time."""
+        return _median([b - a for a, b in zip(self.stream_ms, self.synced_ms)])
+
+
+def hidden_work(runs: Runs, overhead_ms: float) -> SyncCheck:
+    """The rule for work that escapes the stream (refused when ``hidden_ms > limit_ms``)."""
+    stream_median = _median(runs.stream_ms)
+    return SyncCheck(synced=runs.synced, overhead_ms=overhead_ms, hidden_ms=runs.after_ms - overhead_ms,
+                     limit_ms=max(HIDDEN_ABS_MS, HIDDEN_REL * stream_median))
+
+
+def hidden_work_refusal(check: SyncCheck, stream: TimingStats) -> str | None:
+    """The ``[no-streams]`` error for a candidate whose work escapes the stream, or None."""
+    if check.hidden_ms <= check.limit_ms:
+        return None
+    return (f"[no-streams] work ran outside the stream the call was timed on: timed on its stream the call "
+            f"took {stream.median_ms:.4g} ms, with a device-wide synchronisation {check.synced.median_ms:.4g} ms; "
+            f"the synchronisation itself costs {check.overhead_ms:.4g} ms, which leaves {check.hidden_ms:.4g} ms "
+            f"of work the timer did not see (allowed: {check.limit_ms:.4g} ms). Launch every kernel on the "
+            "current stream (at::cuda::getCurrentCUDAStream()) and finish the work before returning")
+
+
+def graph_calls(stream_median_ms: float, output_bytes: int) -> int:
+    """Calls to capture in one graph: about GRAPH_TARGET_MS of work, within the output budget."""
+    by_time = math.ceil(GRAPH_TARGET_MS / max(stream_median_ms, 1e-6))
+    by_memory = GRAPH_MAX_OUTPUT_BYTES // max(output_bytes, 1)
+    return max(1, min(GRAPH_MAX_CALLS, by_time, by_memory))
+
+
 def _cpu_cache_bytes() -> int:
     """Size of the largest CPU cache from sysfs (32 MiB when unknown)."""
     best = 0
@@ -70,6 +164,32 @@ def _cpu_cache_bytes() -> int:
             continue
         best = max(best, value * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1))
     return best or (32 << 20)
+
+
+def _event():
+    return _EventBase(enable_timing=True)
+
+
+def _set_stream(stream) -> None:
+    _c_set_stream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass
+class GraphRun:
+    """A captured graph's per-call times and the output of its last call (each replay rewrites it)."""
+
+    stats: TimingStats
+    output: object
+    graph: object
+    """Keeps the graph, and with it the pool that holds ``output``, alive."""
+
+    def replay(self) -> None:
+        _graph_replay(self.graph)
+        _cuda_sync()
 
 
 class Timer:
@@ -85,6 +205,7 @@ class Timer:
         self._flush_buffer = torch.empty(size // 4, dtype=torch.float32, device=device)
 
     def flush(self) -> None:
+        """Write the buffer (on cuda: on the current stream, queued like any kernel)."""
         self._flush_buffer.fill_(1.0)
 
     def sync(self) -> None:
@@ -92,33 +213,127 @@ class Timer:
             _cuda_sync()
 
     def time(self, fn: Callable, args: Sequence, *, warmup: int, runs: int) -> TimingStats:
+        """The headline time: GPU time on the stream (cuda) or wall time (cpu), median of ``runs``."""
+        return self.runs(fn, args, warmup=warmup, runs=runs).stream
+
+    def runs(self, fn: Callable, args: Sequence, *, warmup: int, runs: int) -> Runs:
+        """Each run timed on the stream and, on cuda, also up to the end of a device-wide sync."""
         with torch.no_grad():
             for _ in range(warmup):
                 fn(*args)
             self.sync()
-            times = [self._one(fn, args) for _ in range(runs)]
-        return stats(times)
+            pairs = [self._one(fn, args) for _ in range(runs)]
+        return Runs([p[0] for p in pairs], [p[1] for p in pairs])
 
-    def _one(self, fn: Callable, args: Sequence) -> float:
-        self.flush()
-        if self.device == "cuda":
-            start, end = _EventBase(enable_timing=True), _EventBase(enable_timing=True)
-            stream = _current_stream()
-            _cuda_sync()
-            _event_record(start, stream)
+    def _one(self, fn: Callable, args: Sequence) -> tuple[float, float]:
+        if self.device != "cuda":
+            self.flush()
+            begin = _perf_counter()
             fn(*args)
-            _cuda_sync()
+            wall = (_perf_counter() - begin) * 1e3
+            return wall, wall
+        start, end, after = _event(), _event(), _event()
+        stream = _current_stream()
+        self.flush()
+        _event_record(start, stream)
+        fn(*args)
+        _event_record(end, stream)
+        # Outside the stream time: waits for every stream, so no run leaves work for the next.
+        _cuda_sync()
+        _event_record(after, stream)
+        _event_wait(after)
+        return float(_event_elapsed(start, end)), float(_event_elapsed(start, after))
+
+    def sync_overhead_ms(self, runs: int) -> float:
+        """What a device-wide sync before the end mark adds on an empty call (0 on cpu)."""
+        if self.device != "cuda":
+            return 0.0
+        return self.runs(_nothing, (), warmup=2, runs=runs).after_ms
+
+    def graph_time(self, fn: Callable, args: Sequence, *, calls: int, replays: int, warmup: int = 3) -> GraphRun:
+        """Per-call time of ``calls`` calls of ``fn`` captured in one CUDA graph, over ``replays`` replays."""
+        if self.device != "cuda" or _graph_begin is None or _c_set_stream is None:
+            raise NotCapturable("CUDA graphs exist on the cuda device only")
+        graph = _GraphBase()
+        output = self._capture(graph, fn, args, calls=calls, warmup=warmup)
+        stream = _current_stream()
+        times = []
+        for _ in range(replays):
+            start, end = _event(), _event()
+            self.flush()
+            _event_record(start, stream)
+            _graph_replay(graph)
             _event_record(end, stream)
             _event_wait(end)
-            return float(_event_elapsed(start, end))
-        begin = _perf_counter()
-        fn(*args)
-        return (_perf_counter() - begin) * 1e3
+            times.append(float(_event_elapsed(start, end)) / calls)
+        _cuda_sync()
+        return GraphRun(stats(times), output, graph)
+
+    def _capture(self, graph, fn: Callable, args: Sequence, *, calls: int, warmup: int):
+        # Capture needs a stream other than the legacy default one; warm-up on it first
+        # (lazy initialisation, library handles and workspaces must not happen inside the capture).
+        home = _current_stream()
+        side = _StreamBase(priority=0)
+        error: BaseException | None = None
+        output = None
+        _cuda_sync()
+        _set_stream(side)
+        try:
+            with torch.no_grad():
+                for _ in range(warmup):
+                    fn(*args)
+                _cuda_sync()
+                _graph_begin(graph, pool=None, capture_error_mode="global")
+                try:
+                    for _ in range(calls):
+                        output = fn(*args)
+                except Exception as exc:  # candidate code: anything may come out of it
+                    error = exc
+                try:
+                    _graph_end(graph)
+                except Exception as exc:
+                    error = error or exc
+        except Exception as exc:
+            error = error or exc
+        finally:
+            _set_stream(home)
+        if error is not None:
+            _settle()
+            raise NotCapturable(reason(error)) from None
+        _cuda_sync()
+        return output
 
     def bandwidth_bytes_per_ms(self) -> float:
-        """Measured device copy bandwidth (read + write), for the plausibility flag."""
-        n = 256 << 20
-        src = torch.empty(n // 4, dtype=torch.float32, device=self.device).fill_(1.0)
-        dst = torch.empty_like(src)
-        result = self.time(lambda: dst.copy_(src), (), warmup=2, runs=10)
+        """Measured memory bandwidth (a copy: bytes read + bytes written), for the runtime floor.
+
+        On cpu the copy may use every core: a candidate's own threads are not bound by the
+        worker's thread setting, and the floor must stay a lower bound."""
+        threads = torch.get_num_threads()
+        if self.device == "cpu":
+            n = max(4 * _cpu_cache_bytes(), 64 << 20)
+            torch.set_num_threads(os.cpu_count() or 1)
+        else:
+            n = 256 << 20
+        try:
+            src = torch.empty(n // 4, dtype=torch.float32, device=self.device).fill_(1.0)
+            dst = torch.empty_like(src)
+            result = self.time(lambda: dst.copy_(src), (), warmup=1 if self.device == "cpu" else 2,
+                               runs=5 if self.device == "cpu" else 10)
+        finally:
+            torch.set_num_threads(threads)
         return 2 * n / max(result.min_ms, 1e-6)
+
+
+def _settle() -> None:
+    """After a failed capture: wait for the device; an error that surfaces here is the capture's."""
+    try:
+        _cuda_sync()
+    except RuntimeError:
+        return
+
+
+def reason(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]

@@ -12,7 +12,7 @@ from pygments.token import Token
 from textual.content import Content
 from textual.highlight import HighlightTheme, highlight
 
-from ..formatting import fmt_ms, fmt_speedup
+from ..formatting import fmt_graph, fmt_ms, fmt_speedup, fmt_tolerance
 from ..results import EvalResult, Status, TurnRecord
 
 MARKS: dict[Status, tuple[str, str, str]] = {
@@ -59,7 +59,9 @@ def correctness_line(ev: EvalResult) -> Content | None:
         parts.append(Content(f"max abs err {ev.max_abs_err:.2e}"))
     if ev.max_rel_err is not None:
         parts.append(Content(f"max rel err {ev.max_rel_err:.2e}"))
-    if ev.atol is not None and ev.rtol is not None:
+    if ev.tolerance is not None:
+        parts.append(Content(fmt_tolerance(ev) or ""))
+    elif ev.atol is not None and ev.rtol is not None:
         parts.append(Content(f"atol {ev.atol:g} rtol {ev.rtol:g}"))
     return _line("correctness", Content(" · ").join(parts))
 
@@ -102,6 +104,8 @@ def feedback_content(record: TurnRecord) -> Content:
     if ev is not None:
         timing = timing_lines(ev)
         lines.extend(reversed(timing))  # the speedup line, then the times it comes from
+        if (graph := fmt_graph(ev)) is not None:
+            lines.append(_line("in a CUDA graph", graph))
         if (line := correctness_line(ev)) is not None:
             lines.append(line)
         if ev.flags:

@@ -1,0 +1,57 @@
+"""Whether a measured time is physically possible: the floor set by the bytes a kernel must move.
+
+A kernel must read each of its inputs and write each of its outputs at least once, so one call
+takes at least
+
+    bytes floor = (bytes of the inputs + bytes of the outputs) / (headroom x bandwidth)
+
+where the bandwidth is measured in the worker: the best of several copies of a buffer far larger
+than the last-level cache, counted as bytes read plus bytes written. The headroom
+(``BANDWIDTH_HEADROOM``, per device) allows for what the measurement misses: on cuda, where the
+worker has the GPU to itself, a kernel that only reads goes somewhat faster than a copy (1.25);
+on cpu the copy also pays for write-allocate traffic and the host is shared, so the bandwidth
+measured in one moment can be a fraction of what another moment offers (4). Where the arithmetic a kernel cannot avoid
+(``flops``) and the device's FLOP rate are both known, the floor is the larger of the bytes floor
+and ``flops / (FLOP_HEADROOM x FLOP rate)``.
+
+The rule: a kernel whose median time is below its floor is *implausible*: ``EvalResult.implausible``
+is set and a flag gives the numbers. Such a result is a measuring error or a trick; it is never
+committed unasked and never ends a run by reaching ``--target-speedup``. The speedup over the
+reference plays no part: a kernel that replaces a Python loop over rows can honestly be a hundred
+times faster, and is reported as it is.
+
+What is not counted, so that the floor stays a true lower bound: parameters and buffers (a kernel
+may fold constant weights once, at construction), and the reference's own FLOP count (two linear
+layers fold into one, a sum over a matmul's outputs into a matrix-vector product, so the reference's
+arithmetic is no floor for the candidate's). The worker therefore passes bytes only.
+"""
+
+from __future__ import annotations
+
+from ..results import RuntimeFloor
+
+BANDWIDTH_HEADROOM = {"cuda": 1.25, "cpu": 4.0}
+"""Per device: how much faster than the measured copy bandwidth a kernel may stream its bytes."""
+FLOP_HEADROOM = 1.25
+"""How much faster than the given FLOP rate a kernel may compute."""
+
+
+def runtime_floor(nbytes: int, bandwidth_bytes_per_ms: float, *, device: str = "cuda",
+                  flops: float | None = None, flops_per_ms: float | None = None) -> RuntimeFloor:
+    """The least time one call can take, in ms, from the bytes it must move (and its FLOPs)."""
+    floor_ms = nbytes / (BANDWIDTH_HEADROOM[device] * bandwidth_bytes_per_ms)
+    if flops and flops_per_ms:
+        floor_ms = max(floor_ms, flops / (FLOP_HEADROOM * flops_per_ms))
+    return RuntimeFloor(bytes=int(nbytes), bandwidth_gb_s=bandwidth_bytes_per_ms / 1e6, flops=flops,
+                        flop_rate_tflop_s=flops_per_ms / 1e9 if flops_per_ms else None, floor_ms=floor_ms)
+
+
+def implausibility(runtime_ms: float, floor: RuntimeFloor) -> str | None:
+    """The flag for a median time below the floor, or None when physics allows it."""
+    if runtime_ms >= floor.floor_ms:
+        return None
+    work = f"{floor.bytes} bytes of inputs and outputs at {floor.bandwidth_gb_s:.0f} GB/s measured"
+    if floor.flops and floor.flop_rate_tflop_s:
+        work += f", {floor.flops:.3g} FLOPs at {floor.flop_rate_tflop_s:.1f} TFLOP/s"
+    return (f"implausible runtime {runtime_ms:.4g} ms: below the physical floor of {floor.floor_ms:.4g} ms "
+            f"({work}); a measuring error or a trick: verify the kernel by hand")
