@@ -24,7 +24,7 @@ from ..task import TaskProbe, TensorSpec
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
 from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
                           clone_all, compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values,
-                          sync)
+                          set_reference_tf32, sync)
 from .cache import cpu_name
 from .guards import Integrity, audit_ops
 from .jobs import Job, WorkerReply
@@ -196,7 +196,8 @@ def do_run(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
                         max_abs_err=outcome.max_abs_err if outcome.compared else None,
                         max_rel_err=outcome.max_rel_err if outcome.compared else None,
                         atol=outcome.atol, rtol=outcome.rtol, device=job.settings.device,
-                        device_name=device_name(job.settings.device), **extra)
+                        device_name=device_name(job.settings.device), tolerance=job.settings.tolerance,
+                        reference_tf32=job.settings.reference_tf32, **extra)
         return WorkerReply(ok=status is Status.CORRECT, eval=ev, device_name=ev.device_name,
                            versions=versions())
 
@@ -206,6 +207,7 @@ def do_run(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
         init = call_factory(task, "get_init_inputs", job)
         if job.settings.device == "cuda":
             torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the snapshot
+        set_reference_tf32(job.settings.reference_tf32)
         integrity = Integrity()
         module = import_file(job.candidate_path, "kevin_candidate")
         if not hasattr(module, "ModelNew"):
@@ -226,7 +228,9 @@ def do_run(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
 
 
 def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integrity) -> WorkerReply:
-    from .timing import Timer
+    from .graphs import graph_column
+    from .plausibility import implausibility, runtime_floor
+    from .timing import Timer, hidden_work, hidden_work_refusal
 
     enter(Stage.CORRECTNESS)
     poison = 0
@@ -237,8 +241,9 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integ
         poison = poison or 4 * nbytes_of(inputs) + (64 << 20)
         outcome.trials += 1
         try:
-            got, want = run_trial(cand, ref, inputs, device=job.settings.device, atol=job.settings.atol, rtol=job.settings.rtol,
-                                  outcome=outcome, poison_bytes=poison)
+            got, want = run_trial(cand, ref, inputs, device=job.settings.device, atol=job.settings.atol,
+                                  rtol=job.settings.rtol, preset=job.settings.tolerance, outcome=outcome,
+                                  poison_bytes=poison)
         except Mismatch as exc:
             return result(Status.INCORRECT, f"trial {i + 1} of {job.settings.correctness_trials} (seed {seed}, "
                           f"{dist} inputs): {exc}")
@@ -259,8 +264,13 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integ
     enter(Stage.TIMING)
     timer = Timer(job.settings.device)
     timing_inputs = make_inputs(task, job, job.settings.seed + 500, "as-given")
-    runtime = timer.time(cand, timing_inputs, warmup=job.settings.warmup_runs, runs=job.settings.timed_runs)
+    overhead_ms = timer.sync_overhead_ms(job.settings.timed_runs)
+    runs = timer.runs(cand, timing_inputs, warmup=job.settings.warmup_runs, runs=job.settings.timed_runs)
     check_integrity(integrity, "while it was timed")
+    runtime = runs.stream
+    sync_check = hidden_work(runs, overhead_ms) if job.settings.device == "cuda" else None
+    if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
+        raise RuleBroken(refusal)
     reference = timer.time(ref, clone_all(timing_inputs), warmup=job.settings.warmup_runs, runs=job.settings.timed_runs)
     flags: list[str] = []
     compiled = None
@@ -287,25 +297,31 @@ def _check_and_time(job, task, ref, cand, outcome: Outcome, enter, result, integ
             check_inputs_unchanged(timing_inputs, fresh)
             check_no_alias(got, timing_inputs)
             want = ref(*clone_all(fresh))
-        compare(got, want, job.settings.atol, job.settings.rtol, outcome)
+        compare(got, want, job.settings.atol, job.settings.rtol, outcome, job.settings.tolerance)
         run_trial(cand, ref, make_inputs(task, job, job.settings.seed + 1001, "rescaled"), device=job.settings.device,
-                  atol=job.settings.atol, rtol=job.settings.rtol, outcome=outcome, poison_bytes=poison)
+                  atol=job.settings.atol, rtol=job.settings.rtol, preset=job.settings.tolerance, outcome=outcome,
+                  poison_bytes=poison)
     except Mismatch as exc:
         return result(Status.INCORRECT, f"re-check after timing failed: {exc}")
 
     speedup = reference.median_ms / max(runtime.median_ms, 1e-9)
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
-    if speedup > 10:
-        flags.append(f"implausible speedup {speedup:.1f}x (above 10x): verify the kernel by hand")
+    floor = runtime_floor(nbytes_of(fresh) + nbytes_of([got]), timer.bandwidth_bytes_per_ms(),
+                          device=job.settings.device)
+    if (flag := implausibility(runtime.median_ms, floor)) is not None:
+        flags.append(flag)
+    graph = None
     if job.settings.device == "cuda":
-        moved = nbytes_of(fresh) + nbytes_of(leaves(got))
-        floor_ms = moved / timer.bandwidth_bytes_per_ms()
-        if runtime.median_ms < 0.9 * floor_ms:
-            flags.append(f"implausible runtime {runtime.median_ms:.4f} ms: moving the {moved} bytes of "
-                         f"inputs and outputs takes at least {floor_ms:.4f} ms at the measured bandwidth")
+        # Last, with every check passed: candidate code runs inside the capture, and the verdict
+        # does not depend on it (a model that cannot be captured just gets a note).
+        graph = graph_column(timer, cand, ref, timing_inputs, candidate_ms=runtime.median_ms,
+                             replays=max(5, job.settings.timed_runs // 4), atol=job.settings.atol,
+                             rtol=job.settings.rtol, preset=job.settings.tolerance)
+        check_integrity(integrity, "while it was replayed from a CUDA graph")
     enter(Stage.DONE)
     return result(Status.CORRECT, runtime=runtime, reference=reference, compiled_reference=compiled,
-                  speedup=speedup, speedup_vs_compile=vs_compile, flags=flags)
+                  speedup=speedup, speedup_vs_compile=vs_compile, flags=flags, floor=floor,
+                  implausible=flag is not None, sync=sync_check, graph=graph)
 
 
 def _unchanged(previous, current) -> bool:
