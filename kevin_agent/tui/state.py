@@ -174,8 +174,10 @@ class RunState:
         if (trajectory, turn) in self.records:
             return None
         live = self._live_turn(trajectory, turn)
+        if live is None and channel == "eval":
+            return None  # a build's output outlived its turn's display
         if live is None:
-            # Output can only follow TurnStarted; a stray chunk (a late flush) starts the turn.
+            # Tokens can only follow TurnStarted; a stray chunk (a late flush) starts the turn.
             live = self.live[trajectory] = LiveTurn(trajectory, turn)
             live.enter("generating", self.clock())
         live.add(channel, text)
