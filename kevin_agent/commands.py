@@ -10,10 +10,10 @@ from typing import Any
 from .config import RunConfig, load_config
 from .console import interactive, note, print_error, write_json
 from .errors import ExitCode, KevinError, UsageError
-from .formatting import fmt_speedup
+from .formatting import fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_line
 from .registry import Registry
-from .results import TurnRecord
+from .results import Status, TurnRecord
 from .store import RunStore, default_runs_root, list_runs
 
 
@@ -237,6 +237,31 @@ def cmd_history(args) -> int:
     return ExitCode.OK
 
 
+def turn_error(rec: TurnRecord) -> str:
+    """What went wrong in a turn, in its own words (the feedback sentence wraps it in the
+    words the model was trained on)."""
+    if rec.parse_error:
+        return rec.parse_error
+    if rec.check is not None and not rec.check.passed:
+        return rec.check.summary()
+    if rec.eval is not None and rec.eval.error.strip():
+        return rec.eval.error.strip()
+    return rec.feedback.strip()
+
+
+def error_line(error: str) -> str:
+    """The line of an error worth a glance: a compiler's first ``error``, else the first line."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    return first[:160]
+
+
+def show_line(rec: TurnRecord) -> str:
+    if rec.status is Status.CORRECT:
+        return turn_line(rec)
+    return f"{rec.status.value:<13} {error_line(turn_error(rec))}"
+
+
 def cmd_show(args) -> int:
     root = args.run_dir or default_runs_root()
     store = RunStore.open(root, args.run_id)
@@ -245,8 +270,9 @@ def cmd_show(args) -> int:
         print(f"run {info.run_id}  {info.status}")
         print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
         print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns")
-        for rec in sorted(records, key=lambda r: (r.trajectory, r.turn)):
-            print(f"  [t{rec.trajectory} turn {rec.turn}] {turn_line(rec)}")
+        # In the order they happened within each trajectory, cancelled generations included.
+        for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):
+            print(f"  [t{rec.trajectory} turn {rec.turn}] {show_line(rec)}")
         if info.best:
             print(f"best {fmt_speedup(info.best.speedup)} at trajectory {info.best.trajectory}, turn {info.best.turn}")
         if info.commit:
@@ -260,11 +286,15 @@ def cmd_show(args) -> int:
     print(f"run {info.run_id}  trajectory {rec.trajectory}  turn {rec.turn}  status {rec.status.value}")
     if rec.speedup is not None:
         print(f"speedup {fmt_speedup(rec.speedup)}")
+    if times := stage_times(rec):
+        print("time " + " · ".join(f"{name} {fmt_seconds(s)}" for name, s in times))
+    if rec.status is not Status.CORRECT and not (rec.check and not rec.check.passed):
+        print("\n## error\n" + turn_error(rec))
     print("\n## summary\n" + (rec.summary.strip() or "(none)"))
     print("\n## feedback\n" + rec.feedback.strip())
     if rec.check and not rec.check.passed:
         print("\n## static checks\n" + "\n".join(f"- {v.rule}: {v.message}" for v in rec.check.violations))
-    if rec.eval and rec.eval.compile_log.strip() and rec.status.value == "compile_error":
+    if rec.eval and rec.eval.compile_log.strip() and rec.status is Status.COMPILE_ERROR:
         print("\n## compile log\n" + rec.eval.compile_log.strip()[-4000:])
     print("\n## kernel\n" + (rec.code.strip() or "(no code)"))
     if args.prompt:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .results import EvalResult, TimingStats
+from .results import EvalResult, TimingStats, TurnRecord
+
+STAGE_ORDER = ("generation", "queue", "compile", "load", "correctness", "timing")
 
 
 def fmt_speedup(value: float | None) -> str:
@@ -38,3 +40,30 @@ def fmt_graph(ev: EvalResult) -> str | None:
     eager = fmt_ms(graph.reference) if graph.reference is not None else graph.reference_note
     text = f"kernel {kernel}, eager {eager} per call ({graph.calls} calls per graph)"
     return text + (f": {fmt_speedup(graph.speedup)}" if graph.speedup is not None else "")
+
+
+def fmt_clock(seconds: float) -> str:
+    """Elapsed time as a clock shows it: m:ss, h:mm:ss past the hour."""
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A duration: tenths of a second below a minute, m:ss above."""
+    return f"{seconds:.1f} s" if seconds < 60 else fmt_clock(seconds)
+
+
+def stage_times(record: TurnRecord) -> list[tuple[str, float]]:
+    """Where a turn's time went: generation, then each evaluation stage that was timed."""
+    ev = record.eval
+    times: list[tuple[str, float]] = []
+    if record.generate_s is not None:
+        times.append(("generation", record.generate_s))
+    # Older records carry only the build time; newer ones time every stage.
+    stage_s = {k: v for k, v in (getattr(ev, "stage_s", None) or {}).items() if v is not None}
+    if not stage_s and ev is not None and ev.compile_s is not None:
+        stage_s = {"compile": ev.compile_s}
+    known = [name for name in STAGE_ORDER if name in stage_s]
+    times += [(name, stage_s[name]) for name in known + sorted(set(stage_s) - set(known))]
+    return times

@@ -22,7 +22,7 @@ from textual.widgets import DataTable, OptionList, Static, TabbedContent
 
 from kevin_agent.backends.scripted import ScriptedBackend
 from kevin_agent.config import RunConfig
-from kevin_agent.events import TokenDelta
+from kevin_agent.events import EvalOutput, TokenDelta
 from kevin_agent.registry import build_registry
 from kevin_agent.results import Status
 from kevin_agent.launch import resume_run, start_run
@@ -35,7 +35,7 @@ from kevin_agent.tui.screens.run import RunScreen
 from kevin_agent.tui.state import best_curve
 
 from .conftest import git_init
-from .tui_support import build_store, fixed_records, run_events
+from .tui_support import build_store, fixed_records, offered_keys, run_events, text_of, wait_for
 
 TASK = '''"""y = x * 2 + 1"""
 import torch
@@ -104,24 +104,13 @@ def make_project(root: Path, responses: list[dict] = RESPONSES) -> Path:
 
 
 def config_for(repo: Path, **extra) -> RunConfig:
-    return RunConfig(backend="scripted", responses=repo / "responses.jsonl", device="cpu", turns=3,
-                     timed_runs=5, warmup_runs=1, correctness_trials=2, min_speedup=0, **extra)
-
-
-async def wait_for(pilot, condition, timeout: float = 600, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.2)
-
-
-def text_of(app, selector: str) -> str:
-    return str(app.screen.query_one(selector, Static).render())
+    settings = dict(backend="scripted", responses=repo / "responses.jsonl", device="cpu", turns=3,
+                    timed_runs=5, warmup_runs=1, correctness_trials=2, min_speedup=0)
+    return RunConfig(**{**settings, **extra})
 
 
 # --- pieces ---------------------------------------------------------------------------------
-def test_sink_coalesces_tokens_into_one_pending_message():
+def test_sink_coalesces_tokens_and_build_output_into_one_pending_message():
     class Target:
         def __init__(self):
             self.posted = []
@@ -140,6 +129,12 @@ def test_sink_coalesces_tokens_into_one_pending_message():
     assert chunks == [(0, 1, "reasoning", "".join(f"{i} " for i in range(500))), (0, 1, "text", "answer")]
     sink.emit(TokenDelta(trajectory=0, turn=2, channel="text", text="x"))
     assert len(target.posted) == 2 and sink.drain() == [(0, 2, "text", "x")]
+    # A build's output comes as fast, and rides the same wake-up.
+    for i in range(300):
+        sink.emit(EvalOutput(trajectory=1, turn=2, text=f"line {i}\n"))
+    sink.emit(TokenDelta(trajectory=0, turn=3, channel="text", text="y"))
+    assert len(target.posted) == 3
+    assert sink.drain() == [(1, 2, "eval", "".join(f"line {i}\n" for i in range(300))), (0, 3, "text", "y")]
 
 
 def test_best_curve_is_the_running_maximum_over_turns():
@@ -178,7 +173,7 @@ async def test_run_screen_from_events_selects_finished_turns(tmp_path):
         assert screen.pinned == (0, 3)
         feedback = text_of(app, "#feedback-text")
         assert "5/5 trials" in feedback and "2.00x" in feedback and "eager" in feedback
-        assert "pragma omp simd" in text_of(app, "#answer")
+        assert "pragma omp simd" in text_of(app, "#code-text")
         # Back to the live turn: the streamed reasoning shows.
         await pilot.press("l")
         await pilot.pause(0.3)
@@ -205,9 +200,9 @@ async def test_history_lists_runs_turns_and_diffs(tmp_path):
         assert isinstance(screen, HistoryScreen)
         table = screen.query_one("#runs", DataTable)
         assert table.row_count == 2
-        rows = [table.get_row_at(i) for i in range(2)]
-        assert rows[0][2] == "interrupted" and rows[1][2] == "completed"
-        assert rows[1][3] == "6/6" and rows[1][4] == "2.00x" and rows[1][0] == "2025-01-01 12:00"
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(2)]
+        assert rows[0][:2] == ["20250102-090000-affine-0002", "interrupted"]
+        assert rows[1] == ["20250101-120000-affine-0001", "completed", "6/6", "2.00x", "affine"]
         await pilot.press("down")
         assert screen.run_id == "20250101-120000-affine-0001"
         turns = screen.query_one("#history-turns", OptionList)
@@ -231,7 +226,7 @@ async def test_history_lists_runs_turns_and_diffs(tmp_path):
         # A finished run does not resume.
         await pilot.press("r")
         assert not app.running
-        await pilot.press("escape")  # no run open: back means quit
+        await pilot.press("q")
     assert app.return_code == 0
 
 
@@ -243,7 +238,8 @@ async def test_engine_failures_are_handled_in_one_place(tmp_path):
         await wait_for(pilot, lambda: not app.running, 60, "the start to fail")
         assert app.exit_code == 2
         assert "failed" in text_of(app, "#run-header")
-        messages = [n.message for n in app._notifications]
+        # Laid out for the toast: lines broken at spaces (and paths at a "/").
+        messages = [" ".join(n.message.split()) for n in app._notifications]
         assert any("no such file" in m and "hint:" in m for m in messages), messages
 
     # As `kevin-opt FILE` opens it: a run that cannot start closes the app with the error's code.
@@ -262,6 +258,25 @@ async def test_engine_failures_are_handled_in_one_place(tmp_path):
         assert "RuntimeError: a bug" in text_of(app, "#traceback")
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
+
+
+async def test_cancel_is_offered_while_generating_and_the_cancelled_turn_is_marked(tmp_path):
+    # Answers without code: no compile, only the task's probe runs in a worker.
+    repo = make_project(tmp_path / "proj", [RESPONSES[0], RESPONSES[0]])
+    config = config_for(repo, turns=1)
+    registry = build_registry()
+    registry.backends["scripted"] = lambda cfg, skip=0: ScriptedBackend(cfg.responses, skip=skip, chunk_delay_s=0.05)
+    app = KevinApp(lambda sink: start_run(config, repo / "affine.py", sink, registry=registry),
+                   runs_root=repo / ".kevin" / "runs", deliver_at_end=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "x" in offered_keys(app), 300, "cancel to be offered")
+        assert app.engine is not None and app.engine.generating
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.outcome is not None, 120, "the run to end")
+        await pilot.pause(1.2)
+        assert "x" not in offered_keys(app)
+        options = [str(o.prompt) for o in app.screen.query_one(OptionList).options]
+        assert options == ["⊝ turn 1  cancelled", "? turn 1  parse error"]
 
 
 # --- real scripted runs on the CPU device ----------------------------------------------------
@@ -306,7 +321,9 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
         await pilot.press("d")
         diff = text_of(app, "#tab-diff-text")
         assert "+    const int64_t n = xc.numel();" in diff and '-affine = load_inline(name="affine_tui_bad"' in diff
-        await pilot.press("escape")
+        await pilot.press("escape")  # from the turns up to the list of runs
+        assert app.screen is history
+        await pilot.press("escape")  # and back to the run
         assert app.screen is screen
         await pilot.press("q")  # the run is over: no question asked
     assert app.return_code == 0
@@ -351,8 +368,9 @@ async def test_cancel_stop_quit_question_and_resume(tmp_path):
         assert isinstance(app.screen, RunScreen)
         assert [r.turn for r in app.outcome.records] == [1, 2, 3]
         assert app.outcome.run_id == stopped_id
+        # The cancelled generation is listed before the turn that replaced it.
         options = [str(o.prompt) for o in app.screen.query_one(OptionList).options]
-        assert len(options) == 3 and "compile error" in options[1]
+        assert len(options) == 4 and options[0] == "⊝ turn 1  cancelled" and "compile error" in options[2]
         # Commit now: the confirmation shows what would be committed; "n" commits nothing.
         await pilot.press("c")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60, "the commit question")

@@ -9,16 +9,31 @@ from __future__ import annotations
 
 import pytest
 
+from kevin_agent.events import EvalOutput, EvalStage, GenerationFinished, TokenDelta, TurnStarted
+from kevin_agent.results import Stage
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import message_for
 
 from .tui_support import build_store, run_events
 
 SIZES = [(80, 24), (160, 48)]
+sizes = pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+BUILD_LOG = [
+    "[1/3] c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=affine_v3 -O3 -c main.cpp -o main.o",
+    "[2/3] c++ -MMD -MF affine.o.d -DTORCH_EXTENSION_NAME=affine_v3 -O3 -c affine.cpp -o affine.o",
+]
 
 
-def make_app(tmp_path) -> KevinApp:
-    return KevinApp(runs_root=build_store(tmp_path / "runs"), clock=lambda: 0.0)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_app(tmp_path, clock=lambda: 0.0) -> KevinApp:
+    return KevinApp(runs_root=build_store(tmp_path / "runs"), clock=clock)
 
 
 async def finished_run(pilot) -> None:
@@ -29,6 +44,27 @@ async def finished_run(pilot) -> None:
     await pilot.pause()
 
 
+async def compiling(pilot) -> None:
+    """Trajectory 1's third turn is building, 42 s in, while the rest of the run is done."""
+    app, clock = pilot.app, pilot.app.run_screen._clock
+    app.switch_mode("run")
+    await pilot.pause()
+    for event in run_events()[:-3]:
+        app.post_message(message_for(event))
+    app.post_message(message_for(TurnStarted(trajectory=1, turn=3)))
+    await pilot.pause()
+    app.sink.emit(TokenDelta(trajectory=1, turn=3, channel="reasoning", text="The constant was wrong. " * 6))
+    app.sink.emit(TokenDelta(trajectory=1, turn=3, channel="text", text="```python\nclass ModelNew: ...\n```"))
+    clock.now += 64
+    app.post_message(message_for(GenerationFinished(trajectory=1, turn=3, seconds=64.0)))
+    app.post_message(message_for(EvalStage(trajectory=1, turn=3, stage=Stage.COMPILE)))
+    await pilot.pause()
+    for line in BUILD_LOG:
+        app.sink.emit(EvalOutput(trajectory=1, turn=3, text=line + "\n"))
+    clock.now += 42
+    await pilot.pause(1.2)
+
+
 async def compile_error_selected(pilot) -> None:
     await finished_run(pilot)
     await pilot.press("up", "up", "up", "up")  # from the last turn up to trajectory 1's compile error
@@ -36,24 +72,30 @@ async def compile_error_selected(pilot) -> None:
 
 
 async def best_turn_diff(pilot) -> None:
-    await pilot.press("down", "tab")  # the completed run, then its turns
+    await pilot.press("down", "enter")  # open the completed run
     await pilot.press("down", "down", "d")  # trajectory 0, turn 3
     await pilot.pause()
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@sizes
 def test_run_screen(snap_compare, tmp_path, size):
     assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=finished_run)
+
+
+@sizes
+def test_run_screen_compiling(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path, Clock()), terminal_size=size, run_before=compiling)
 
 
 def test_run_screen_selected_compile_error(snap_compare, tmp_path):
     assert snap_compare(make_app(tmp_path), terminal_size=(80, 24), run_before=compile_error_selected)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@sizes
 def test_history_screen(snap_compare, tmp_path, size):
     assert snap_compare(make_app(tmp_path), terminal_size=size, press=["down"])
 
 
-def test_history_diff(snap_compare, tmp_path):
-    assert snap_compare(make_app(tmp_path), terminal_size=(100, 30), run_before=best_turn_diff)
+@sizes
+def test_history_diff(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=best_turn_diff)

@@ -1,8 +1,13 @@
-"""Fixed run records for the TUI tests: no clock, no random ids, so screens render the same every time."""
+"""Fixed run records for the TUI tests (no clock, no random ids, so screens render the same
+every time), and ways to look at a running app: a widget's text, the whole screen as text."""
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
+
+from rich.console import Console
 
 from kevin_agent.events import RunFinished, RunStarted, TurnFinished, TurnStarted
 from kevin_agent.results import (
@@ -140,3 +145,31 @@ def run_events(records: list[TurnRecord] | None = None) -> list:
     events.append(RunFinished(run_id="20250101-120000-affine-0001", reason="completed", best=best,
                               turns_done=len(records)))
     return events
+
+
+# --- looking at a running app -----------------------------------------------------------------
+async def wait_for(pilot, condition, timeout: float = 600, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.2)
+
+
+def text_of(app, selector: str) -> str:
+    """The plain text a widget of the current screen renders."""
+    return str(app.screen.query_one(selector).render())
+
+
+def screen_lines(app) -> list[str]:
+    """The screen as a person sees it, one string per terminal row (what a snapshot draws)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
+                      legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text().splitlines()
+
+
+def offered_keys(app) -> set[str]:
+    """Keys the footer offers on the current screen."""
+    return {key for key, active in app.screen.active_bindings.items() if active.binding.show and active.enabled}

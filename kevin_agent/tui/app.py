@@ -17,11 +17,13 @@ from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.content import Content
+from textual.notifications import SeverityLevel
 from textual.worker import Worker, WorkerState
 
 from ..errors import KevinError
 from ..protocols import EventSink
 from ..store import default_runs_root
+from .format import toast_text
 from .messages import (
     EngineMessage,
     EvalStageMessage,
@@ -114,8 +116,13 @@ class KevinApp(App[int]):
         if self.history_screen.is_mounted:
             self.history_screen.action_reload()
 
+    @property
+    def has_run(self) -> bool:
+        """The run screen has a run to show (started or starting in this window)."""
+        return self.run_screen.state.started is not None or self.running
+
     def action_close_history(self) -> None:
-        if self.run_screen.state.started is not None or self.running:
+        if self.has_run:
             self.switch_mode("run")
         else:
             self.action_quit()
@@ -123,6 +130,14 @@ class KevinApp(App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        # Plain text is laid out for the toast here, as wide as the screen leaves room for: paths
+        # shortened and broken at a "/", never inside a name (markup is left to Textual).
+        if not markup:
+            message = toast_text(message, getattr(self.screen, "toast_room", self.size.width * 3 // 4))
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"

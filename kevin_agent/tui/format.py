@@ -7,43 +7,75 @@ text reads on dark and light themes.
 from __future__ import annotations
 
 import difflib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
 
 from pygments.token import Token
 from textual.content import Content
 from textual.highlight import HighlightTheme, highlight
 
-from ..formatting import fmt_graph, fmt_ms, fmt_speedup, fmt_tolerance
+from ..formatting import fmt_graph, fmt_ms, fmt_seconds, fmt_speedup, fmt_tolerance, stage_times
+from ..parsing import THINK_CLOSE, THINK_OPEN
 from ..results import EvalResult, Status, TurnRecord
 
-MARKS: dict[Status, tuple[str, str, str]] = {
-    # status: (mark, style, short label)
-    Status.CORRECT: ("✓", "bold $text-success", "correct"),
-    Status.INCORRECT: ("✗", "bold $text-error", "incorrect"),
-    Status.COMPILE_ERROR: ("✗", "bold $text-error", "compile error"),
-    Status.RUNTIME_ERROR: ("!", "bold $text-error", "runtime error"),
-    Status.PARSE_ERROR: ("?", "bold $text-warning", "parse error"),
-    Status.CHECK_FAILED: ("⊘", "bold $text-warning", "check failed"),
-    Status.TIMEOUT: ("⧗", "bold $text-warning", "timeout"),
-    Status.CANCELLED: ("-", "$text-muted", "cancelled"),
+
+@dataclass(frozen=True)
+class Mark:
+    """How one outcome is drawn wherever a turn is listed, and what it means (the legend)."""
+
+    glyph: str
+    style: str
+    label: str
+    meaning: str
+
+    def content(self) -> Content:
+        return Content.styled(self.glyph, self.style)
+
+
+MARKS: dict[Status, Mark] = {
+    # One glyph per outcome, single-cell in every terminal font: the turn list, the history,
+    # the feedback pane and the legend in `?` all draw from here.
+    Status.CORRECT: Mark("✓", "bold $text-success", "correct", "verified against the reference; its speedup"),
+    Status.INCORRECT: Mark("≠", "bold $text-error", "incorrect", "ran, but its output differs from the reference"),
+    Status.COMPILE_ERROR: Mark("✗", "bold $text-error", "compile error", "the kernel did not build"),
+    Status.RUNTIME_ERROR: Mark("!", "bold $text-error", "runtime error", "built, then crashed or failed when run"),
+    Status.TIMEOUT: Mark("⧗", "bold $text-warning", "timeout", "did not finish within the time limit"),
+    Status.CHECK_FAILED: Mark("⊘", "bold $text-warning", "check failed", "broke a rule of the task; never compiled"),
+    Status.PARSE_ERROR: Mark("?", "bold $text-warning", "parse error", "no code could be read from the answer"),
+    Status.CANCELLED: Mark("⊝", "bold $text-muted", "cancelled",
+                           "cancelled by you; never shown to the model, the turn is generated again"),
 }
-LIVE_MARK = ("…", "bold $text-accent")
+LIVE = Mark("…", "bold $text-accent", "in progress", "being generated or evaluated")
 COMPILE_LOG_LINES = 40
+LIVE_OUTPUT_LINES = 200
+"""Lines of a build's output kept on screen while it runs."""
 
 
-def turn_label(record: TurnRecord, *, width: int = 0) -> Content:
+def legend() -> Content:
+    """Every mark and what it means, for the help screen."""
+    rows = [*MARKS.values(), LIVE]
+    width = max(len(m.label) for m in rows)
+    return Content("\n").join(
+        Content.assemble("  ", m.content(), " ", (f"{m.label:<{width}}", "bold"), "  ", (m.meaning, "$text-muted"))
+        for m in rows
+    )
+
+
+def turn_label(record: TurnRecord) -> Content:
     """One line for the turn list: mark, turn number, speedup or outcome."""
-    mark, style, label = MARKS[record.status]
+    mark = MARKS[record.status]
     detail = (
         Content.styled(fmt_speedup(record.speedup), "bold $text-success")
         if record.speedup is not None
-        else Content.styled(label, "$text-muted")
+        else Content.styled(mark.label, "$text-muted")
     )
-    return Content.assemble((mark, style), f" turn {record.turn:<2} ", detail)
+    return Content.assemble(mark.content(), f" turn {record.turn:<2} ", detail)
 
 
 def live_label(turn: int, phase: str) -> Content:
-    mark, style = LIVE_MARK
-    return Content.assemble((mark, style), f" turn {turn:<2} ", (phase, "italic $text-accent"))
+    return Content.assemble(LIVE.content(), f" turn {turn:<2} ", (phase, "italic $text-accent"))
 
 
 def _line(label: str, value: Content | str) -> Content:
@@ -90,17 +122,34 @@ def timing_lines(ev: EvalResult) -> list[Content]:
     return lines
 
 
+def stage_line(record: TurnRecord) -> Content | None:
+    times = stage_times(record)
+    if not times:
+        return None
+    cached = record.eval is not None and record.eval.cached_build
+    parts = [
+        Content.assemble((f"{name} ", "$text-muted"), fmt_seconds(s), " (cached)" if name == "compile" and cached else "")
+        for name, s in times
+    ]
+    return _line("time", Content(" · ").join(parts))
+
+
+def mark_heading(mark: Mark, where: str, *extra: Content | tuple[str, str] | str) -> Content:
+    return Content.assemble((f"{mark.glyph} {mark.label}", mark.style), f"  {where}", *extra)
+
+
 def feedback_content(record: TurnRecord) -> Content:
     """Everything known about why a turn ended the way it did, the numbers first."""
-    mark, style, label = MARKS[record.status]
+    mark = MARKS[record.status]
     ev = record.eval
     lines: list[Content] = [
-        Content.assemble(
-            (f"{mark} {label}", style),
-            f"  trajectory {record.trajectory} · turn {record.turn}",
+        mark_heading(
+            mark, f"trajectory {record.trajectory} · turn {record.turn}",
             *((" · ", (fmt_speedup(record.speedup), "bold $text-success")) if record.speedup is not None else ()),
         ),
     ]
+    if record.status is Status.CANCELLED:
+        lines.append(Content.styled(mark.meaning, "$text-muted"))
     if ev is not None:
         timing = timing_lines(ev)
         lines.extend(reversed(timing))  # the speedup line, then the times it comes from
@@ -126,14 +175,28 @@ def feedback_content(record: TurnRecord) -> Content:
             head = f"compile log (last {len(shown)} of {len(log)} lines):" if len(log) > len(shown) else "compile log:"
             lines.append(Content.styled(head, "bold"))
             lines.append(Content.styled("\n".join(shown), "$text-muted"))
-        if ev.compile_s is not None:
-            cached = " (cached build)" if ev.cached_build else ""
-            lines.append(_line("compile", f"{ev.compile_s:.1f} s{cached}"))
-    lines.append(_line("feedback to the model", Content.styled(record.feedback, "$text-muted")))
+    if (line := stage_line(record)) is not None:
+        lines.append(line)
+    if record.status is not Status.CANCELLED:
+        lines.append(_line("feedback to the model", Content.styled(record.feedback, "$text-muted")))
     tokens = [f"{n} {what}" for n, what in ((record.prompt_tokens, "prompt"), (record.completion_tokens, "completion")) if n]
     if tokens:
         lines.append(_line("tokens", " · ".join(tokens)))
     return Content("\n").join(lines)
+
+
+def answer_text(record: TurnRecord) -> str:
+    """The response without its reasoning: what the model answered once it stopped thinking."""
+    text = record.response
+    close = text.rfind(THINK_CLOSE)
+    if close >= 0:
+        text = text[close + len(THINK_CLOSE):]
+    elif THINK_OPEN in text:
+        return ""  # cut off while reasoning: all of it is reasoning, shown as such
+    reasoning = record.reasoning.strip()
+    if reasoning and text.lstrip().startswith(reasoning):
+        text = text.lstrip()[len(reasoning):]
+    return text.strip()
 
 
 def kernel_content(code: str) -> Content:
@@ -153,7 +216,7 @@ class DiffTheme(HighlightTheme):
 
 
 def kernel_diff(previous: TurnRecord | None, record: TurnRecord) -> str:
-    """Unified diff of a turn's kernel against the previous turn of its trajectory."""
+    """Unified diff of a turn's kernel against the turn it continued."""
     if previous is None:
         return ""
     return "".join(
@@ -176,5 +239,46 @@ def diff_content(previous: TurnRecord | None, record: TurnRecord) -> Content:
 
 
 def previous_turn(records: list[TurnRecord], record: TurnRecord) -> TurnRecord | None:
-    earlier = [r for r in records if r.trajectory == record.trajectory and r.turn < record.turn]
-    return max(earlier, key=lambda r: r.turn) if earlier else None
+    """The finished turn whose history ``record`` continued (its parent's turn under a search)."""
+    key = record.previous()
+    if key is None:
+        return None
+    return next((r for r in records if (r.trajectory, r.turn) == key and r.finished), None)
+
+
+# --- notifications --------------------------------------------------------------------------
+def short_paths(text: str, cwd: Path | None = None) -> str:
+    """Paths below the working directory relative to it, the home directory as ``~``."""
+    cwd = cwd or Path.cwd()
+    text = text.replace(f"{cwd}{os.sep}", "")
+    home = str(Path.home())
+    return re.sub(rf"(?<![\w/]){re.escape(home)}(?=/)", "~", text) if home != os.sep else text
+
+
+def wrap_words(text: str, width: int) -> str:
+    """Wrap at spaces to ``width`` cells; a longer word (a path) breaks after a ``/``, never
+    inside a name."""
+    out: list[str] = []
+    for paragraph in text.splitlines() or [""]:
+        line = ""
+        for word in paragraph.split(" "):
+            pieces = [word]
+            if len(word) > width and "/" in word:
+                pieces = [p for p in re.findall(r"[^/]*/|[^/]+$", word) if p]
+            for i, piece in enumerate(pieces):
+                sep = "" if i or not line else " "
+                if line and len(line) + len(sep) + len(piece) > width:
+                    out.append(line)
+                    line, sep = "", ""
+                line += sep + piece
+        out.append(line)
+    return "\n".join(out)
+
+
+TOAST_MAX = 72
+
+
+def toast_text(message: str, room: int) -> str:
+    """A notification's text laid out for a toast at most ``room`` cells wide: the toast is as
+    wide as its longest line (see Toast in app.tcss), less its padding and border."""
+    return wrap_words(short_paths(message), max(20, min(TOAST_MAX, room) - 3))

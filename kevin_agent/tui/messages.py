@@ -1,9 +1,10 @@
 """Engine events as typed Textual messages, and the sink that posts them from the engine thread.
 
 The engine runs in a thread worker and calls ``TuiSink.emit`` from that thread.
-``post_message`` is thread-safe, so every event except streamed tokens becomes one message.
-Tokens arrive far faster than a terminal can redraw: the sink buffers them and keeps at most
-one ``TokensReady`` message in the queue; whoever handles it drains the buffer in one go.
+``post_message`` is thread-safe, so every event except streamed text becomes one message.
+Tokens and a build's output arrive far faster than a terminal can redraw: the sink buffers
+them and keeps at most one ``TokensReady`` message in the queue; whoever handles it drains
+the buffer in one go.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from textual.message import Message
 from textual.message_pump import MessagePump
 
 from ..events import (
+    EvalOutput,
     EvalStage,
     Event,
     GenerationFinished,
@@ -26,7 +28,8 @@ from ..events import (
     TurnStarted,
 )
 
-Channel = Literal["reasoning", "text"]
+Channel = Literal["reasoning", "text", "eval"]
+"""The model's reasoning, its answer, or the evaluation's output (``EvalOutput``)."""
 
 
 class EngineMessage(Message):
@@ -66,7 +69,7 @@ class RunFinishedMessage(EngineMessage):
 
 
 class TokensReady(Message):
-    """Streamed text is waiting in the sink; drain it with ``TuiSink.drain``."""
+    """Streamed text (tokens, a build's output) is waiting in the sink; drain it with ``TuiSink.drain``."""
 
     def can_replace(self, message: Message) -> bool:
         # One pending wake-up is enough: the handler drains everything buffered so far.
@@ -100,15 +103,19 @@ class TuiSink:
 
     def emit(self, event: Event) -> None:
         if isinstance(event, TokenDelta):
-            with self._lock:
-                self._chunks.append((event.trajectory, event.turn, event.channel, event.text))
-                if self._wake_pending:
-                    return
-                self._wake_pending = True
-            self._target.post_message(TokensReady())
-            return
-        if type(event) in _MESSAGES:
+            self._buffer(event.trajectory, event.turn, event.channel, event.text)
+        elif isinstance(event, EvalOutput):
+            self._buffer(event.trajectory, event.turn, "eval", event.text)
+        elif type(event) in _MESSAGES:
             self._target.post_message(message_for(event))
+
+    def _buffer(self, trajectory: int, turn: int, channel: Channel, text: str) -> None:
+        with self._lock:
+            self._chunks.append((trajectory, turn, channel, text))
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self._target.post_message(TokensReady())
 
     def drain(self) -> list[tuple[int, int, Channel, str]]:
         """Take every buffered token chunk, merged per (trajectory, turn, channel) run."""

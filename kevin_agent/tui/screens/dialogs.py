@@ -11,6 +11,8 @@ from textual.content import Content
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Static
 
+from ..format import legend
+
 if TYPE_CHECKING:
     from ...delivery import DeliveryPlan
 
@@ -80,7 +82,7 @@ NAVIGATION = [
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key of the screen underneath and of the app."""
+    """Every key of the screen underneath and of the app, and what each turn's mark means."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 
@@ -107,6 +109,8 @@ class HelpScreen(ModalScreen[None]):
             box.border_title = "keys"
             with VerticalScroll(id="dialog-body"):
                 yield Static(Content("\n").join(rows), id="help-keys")
+                yield Static(Content.styled("\nmarks", "bold $text-primary"))
+                yield Static(legend(), id="help-legend")
             yield Static(Content.styled("escape closes", "$text-muted"))
 
     def action_dismiss(self) -> None:

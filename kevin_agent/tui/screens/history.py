@@ -1,24 +1,41 @@
-"""The history screen: every stored run, its turns, and each turn in full."""
+"""The history screen: every stored run, its turns, and each turn in full.
+
+Two levels, like a log and its entries: the run list on top with a preview of the
+highlighted run underneath; ``enter`` opens the run (its turns and tabs take the screen) and
+``escape`` goes back up: from a run to the list, from the list to the run screen when there
+is one. It never quits: ``q`` does.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent, TabPane
 
-from ...results import RunInfo, TurnRecord
-from ...store import list_runs
 from ...formatting import fmt_speedup
-from ..format import diff_content, kernel_content, previous_turn
-from ..widgets import FeedbackView, TurnList
+from ...results import RunInfo, TurnRecord
+from ...store import list_runs, read_records
+from ..format import answer_text, diff_content, kernel_content, previous_turn
+from ..state import Key, RunState
+from ..widgets import CodePane, FeedbackView, FitHeader, TurnList
+from ..widgets.turn_list import parse_option_id
 
 FINISHED = {"completed", "target_reached"}
 """Statuses a run cannot be resumed from."""
+LIVE = "running"
+"""The status of a run while a process holds it."""
+RUN_STYLES = {
+    "completed": "$text-success", "target_reached": "$text-success", "running": "bold $text-accent",
+    "stopped": "$text-warning", "interrupted": "$text-warning", "failed": "$text-error",
+}
 
 TABS = [
     # (pane id, title, key)
@@ -29,10 +46,16 @@ TABS = [
     ("tab-response", "Response", "o"),
     ("tab-summary", "Summary", "m"),
 ]
+CODE_TABS = {"tab-kernel", "tab-diff"}
+SIDE_SHARE = 0.4
 
 
 def run_date(info: RunInfo) -> str:
     return info.created_at[:16].replace("T", " ")
+
+
+def run_status(info: RunInfo) -> str:
+    return "live" if info.status == LIVE else info.status
 
 
 def best_speedup(info: RunInfo, records: list[TurnRecord]) -> float | None:
@@ -42,11 +65,23 @@ def best_speedup(info: RunInfo, records: list[TurnRecord]) -> float | None:
     return max(speeds) if speeds else None
 
 
+def run_owner(run_dir: Path) -> Any:
+    """The live process that holds a run (``pid``, ``host``, ``started_at``), or None."""
+    try:
+        from ...runlock import lock_owner
+    except ImportError:  # no run lock in this version: the status alone says a run is live
+        return None
+    return lock_owner(run_dir)
+
+
 class HistoryScreen(Screen):
     BINDINGS = [
-        Binding("escape", "app.close_history", "Back"),
-        Binding("r", "resume", "Resume run"),
-        Binding("g", "reload", "Reload"),
+        Binding("escape", "back", "Back", tooltip="Back: from a run to the list, from the list to the run"),
+        # A priority binding, so that the footer offers it over the table's own (hidden) enter.
+        Binding("enter", "open_run", "Open", tooltip="Open the selected run: its turns in full", priority=True),
+        Binding("r", "resume", "Resume", tooltip="Resume the selected run (an unfinished one nobody runs)"),
+        Binding("r", "explain_resume", show=False),
+        Binding("g", "reload", "Reload", tooltip="Read the runs from disk again"),
         *(Binding(key, f"tab('{pane}')", title, show=False) for pane, title, key in TABS),
     ]
 
@@ -55,18 +90,22 @@ class HistoryScreen(Screen):
         self.runs_root = runs_root
         self.runs: dict[str, tuple[RunInfo, list[TurnRecord]]] = {}
         self.run_id: str | None = None
+        self.turns = RunState()
+        """The selected run's turns, cancelled generations included."""
         self.turn: TurnRecord | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="history-header")
+        yield FitHeader(1, id="history-header")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="history-body"):
             yield TurnList(id="history-turns")
             with TabbedContent(id="turn-tabs"):
-                for pane, title, key in TABS:
+                for pane, title, _ in TABS:
                     with TabPane(title, id=pane):
                         if pane == "tab-feedback":
                             yield FeedbackView(id="history-feedback")
+                        elif pane in CODE_TABS:
+                            yield CodePane(id=f"{pane}-pane", text_id=f"{pane}-text")
                         else:
                             with VerticalScroll():
                                 yield Static(id=f"{pane}-text", classes="turn-text")
@@ -74,10 +113,58 @@ class HistoryScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
-        table.add_columns("date", "task", "status", "turns", "best", "run")
+        table.add_columns("run", "status", "turns", "best", "task")
         self.query_one("#history-turns", TurnList).border_title = "turns"
         self.action_reload()
         table.focus()
+
+    # --- levels ---------------------------------------------------------------------------
+    @property
+    def detail(self) -> bool:
+        """A run is open: its turns and tabs have the screen."""
+        return self.has_class("-detail")
+
+    def _in_body(self) -> bool:
+        focused = self.focused
+        return focused is not None and self.query_one("#history-body") in focused.ancestors_with_self
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "back":
+            # Opened from the command line with nothing above the list: escape does nothing
+            # (and the footer does not offer it) rather than quit.
+            return self.detail or self._in_body() or self.app.has_run
+        if action == "resume":
+            return self._resume_refusal() is None
+        if action == "open_run":
+            # Elsewhere enter belongs to the focused widget (a tab, a button).
+            return not self.detail and self.run_id is not None and self.focused is self.query_one("#runs")
+        return True
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()
+
+    def action_back(self) -> None:
+        if self.detail:
+            self.remove_class("-detail")
+            self.query_one("#runs", DataTable).focus()
+        elif self._in_body():
+            self.query_one("#runs", DataTable).focus()
+        elif self.app.has_run:
+            self.app.action_close_history()
+        self.refresh_bindings()
+
+    def action_open_run(self) -> None:
+        if self.run_id is None:
+            return
+        self.add_class("-detail")
+        self.query_one("#history-turns", TurnList).focus()
+        self.refresh_bindings()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # A click on a row (enter is the screen's own binding).
+        if event.row_key.value != self.run_id:
+            self.show_run(event.row_key.value)
+        self.action_open_run()
 
     # --- runs -------------------------------------------------------------------------------
     def action_reload(self) -> None:
@@ -86,69 +173,100 @@ class HistoryScreen(Screen):
         table.clear()
         self.runs = {info.run_id: (info, records) for info, records in list_runs(self.runs_root)}
         for info, records in self.runs.values():
-            best = best_speedup(info, records)
+            status = Text(run_status(info), style="bold" if info.status == LIVE else "")
             table.add_row(
-                run_date(info), info.task.name, info.status,
-                f"{len(records)}/{info.turns * info.trajectories}",
-                fmt_speedup(best), info.run_id, key=info.run_id,
+                Text(info.run_id), status, f"{len(records)}/{info.turns * info.trajectories}",
+                fmt_speedup(best_speedup(info, records)), Text(info.task.name), key=info.run_id,
             )
-        header = self.query_one("#history-header", Static)
         if not self.runs:
-            header.update(Content.styled(f"no runs in {self.runs_root}", "$text-muted"))
+            self.remove_class("-detail")
             self.show_run(None)
             return
-        header.update(Content.assemble(("runs", "bold $text-primary"), f"  {len(self.runs)} stored"))
         self.show_run(keep if keep in self.runs else next(iter(self.runs)))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key.value != self.run_id:
             self.show_run(event.row_key.value)
 
+    def _refresh_header(self) -> None:
+        header = self.query_one("#history-header", FitHeader)
+        title = ("history", "bold $text-primary", 7)
+        if self.run_id is None:
+            header.set_lines([title, (f"no runs in {self.runs_root}", "$text-muted", 12)])
+            return
+        info, records = self.runs[self.run_id]
+        status = run_status(info)
+        if info.status == LIVE and (owner := run_owner(self.runs_root / info.run_id)) is not None:
+            status += f" (pid {owner.pid} on {owner.host})"
+        # What the table leaves out, most useful first; what does not fit is left out whole.
+        header.set_lines([
+            title, (f"{len(self.runs)} runs", "$text-muted", 0), (info.run_id, "bold", len(info.run_id)),
+            (status, RUN_STYLES.get(info.status, ""), len(status)),
+            (f"best {fmt_speedup(best_speedup(info, records))}", "", 0),
+            (f"commit {info.commit[:10]}" if info.commit else "", "", 0),
+            (f"started {run_date(info)}", "", 0), (f"{info.device} {info.device_name}".strip(), "", 0),
+            (info.task.path, "$text-muted", 0), (info.model, "$text-secondary", 0),
+        ])
+
     def show_run(self, run_id: str | None) -> None:
         self.run_id = run_id
         turns = self.query_one("#history-turns", TurnList)
+        self.turns = RunState()
+        self._refresh_header()
+        self.refresh_bindings()
         if run_id is None:
             turns.show({})
+            self._fit_side()
             self.show_turn(None)
             return
         table = self.query_one("#runs", DataTable)
         row = table.get_row_index(run_id)
         if table.cursor_row != row:
             table.move_cursor(row=row)
-        _, records = self.runs[run_id]
-        turns.show({(r.trajectory, r.turn): r for r in records})
-        if records:
-            first = records[0]
-            turns.select_key((first.trajectory, first.turn), quiet=True)
-        self.show_turn(records[0] if records else None)
+        self.turns.add_records(read_records(self.runs_root / run_id, finished_only=False))
+        turns.show(self.turns.records, None, None, self.turns.cancelled)
+        self._fit_side()
+        first = next((parse_option_id(o.id) for o in turns.options if not o.disabled), None)
+        turns.select_key(first, quiet=True)
+        self.show_turn(self.turns.record(first) if first is not None else None)
+
+    def _fit_side(self) -> None:
+        turns = self.query_one("#history-turns", TurnList)
+        width = min(turns.wanted_width(), max(int(self.size.width * SIDE_SHARE), 24))
+        if turns.styles.width is None or turns.styles.width.value != width:
+            turns.styles.width = width
+
+    def on_resize(self) -> None:
+        self._fit_side()
 
     # --- turns ------------------------------------------------------------------------------
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        key = self.query_one("#history-turns", TurnList).highlighted_key
+        key: Key | None = self.query_one("#history-turns", TurnList).highlighted_key
         if key is None or self.run_id is None:
             return
-        _, records = self.runs[self.run_id]
-        self.show_turn(next((r for r in records if (r.trajectory, r.turn) == key), None))
+        self.show_turn(self.turns.record(key))
 
     def show_turn(self, record: TurnRecord | None) -> None:
         self.turn = record
         feedback = self.query_one("#history-feedback", FeedbackView)
 
         def put(pane: str, content: Content | str) -> None:
-            self.query_one(f"#{pane}-text", Static).update(content)
+            widget: Widget = self.query_one(f"#{pane}-pane" if pane in CODE_TABS else f"#{pane}-text")
+            widget.update(content)  # type: ignore[attr-defined]
 
         if record is None:
             feedback.show(None, "no turns in this run" if self.run_id else "no run selected")
             for pane, _, _ in TABS[1:]:
                 put(pane, "")
             return
-        _, records = self.runs[self.run_id] if self.run_id else (None, [])
         feedback.show(record)
         put("tab-kernel", kernel_content(record.code))
-        put("tab-diff", diff_content(previous_turn(records, record), record))
+        put("tab-diff", diff_content(previous_turn(list(self.turns.records.values()), record), record))
         put("tab-prompt", Content(record.prompt) if record.prompt else Content.styled("(no prompt stored)", "$text-muted"))
+        # The response as the model wrote it, its reasoning once: in the text, or before it when
+        # the server sent the reasoning apart.
         response = record.response or "(empty response)"
-        if record.reasoning and record.reasoning not in record.response:
+        if record.reasoning and answer_text(record) == record.response.strip():
             response = f"{record.reasoning}\n\n{record.response}"
         put("tab-response", Content(response))
         put("tab-summary", Content(record.summary) if record.summary else Content.styled("(no summary)", "$text-muted"))
@@ -156,12 +274,27 @@ class HistoryScreen(Screen):
     def action_tab(self, pane: str) -> None:
         self.query_one("#turn-tabs", TabbedContent).active = pane
 
-    def action_resume(self) -> None:
+    # --- resume -------------------------------------------------------------------------------
+    def _resume_refusal(self) -> str | None:
+        """Why the selected run cannot be resumed, or None when it can."""
         if self.run_id is None:
-            self.notify("no run selected", severity="warning")
-            return
+            return "no run selected"
         info, _ = self.runs[self.run_id]
+        engine = getattr(self.app, "engine", None)
+        if getattr(self.app, "running", False) and engine is not None and engine.store.info.run_id == info.run_id:
+            return f"run {info.run_id} is running in this window (escape goes back to it)"
+        if info.status == LIVE:
+            owner = run_owner(self.runs_root / info.run_id)
+            who = f"process {owner.pid} on {owner.host}" if owner is not None else "another process"
+            since = f" since {owner.started_at}" if owner is not None and owner.started_at else ""
+            return f"run {info.run_id} is live: {who} runs it{since}; it cannot be resumed while it runs"
         if info.status in FINISHED:
-            self.notify(f"run {info.run_id} is {info.status}; only unfinished runs resume", severity="warning")
-            return
-        self.app.resume_run(info.run_id)
+            return f"run {info.run_id} is {info.status}; only unfinished runs resume"
+        return None
+
+    def action_resume(self) -> None:
+        assert self.run_id is not None
+        self.app.resume_run(self.run_id)
+
+    def action_explain_resume(self) -> None:
+        self.notify(self._resume_refusal() or "", severity="warning", markup=False)

@@ -11,14 +11,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import Footer, OptionList
 
 from ...events import Event, RunFinished, RunStarted, TurnFinished, TurnStarted
+from ...formatting import fmt_speedup
 from ...results import TurnRecord
 from ...store import read_records
-from ...formatting import fmt_speedup
-from ..state import RunState, TurnKey
-from ..widgets import FeedbackView, ModelOutput, SpeedupChart, TurnList
+from ...formatting import fmt_clock
+from ..state import Key, RunState, TurnKey
+from ..widgets import FeedbackView, FitHeader, ModelOutput, SpeedupChart, TurnList
 
 REDRAW_S = 0.1
 """Streaming text is redrawn at most this often, however fast tokens arrive."""
@@ -30,18 +31,15 @@ REASONS = {
     "interrupted": ("interrupted", "$text-warning"),
     "failed": ("failed", "$text-error"),
 }
-
-
-def fmt_elapsed(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+SIDE_SHARE = 0.4
+"""The turn list never takes more than this share of the width."""
 
 
 class RunScreen(Screen):
     BINDINGS = [
         Binding("s", "app.stop_run", "Stop", tooltip="Stop the run after the current turn"),
-        Binding("x", "app.cancel_generation", "Cancel", tooltip="Cancel the generation in flight"),
+        Binding("x", "cancel_generation", "Cancel",
+                tooltip="Cancel the generation (offered while the model generates)"),
         Binding("c", "app.commit_best", "Commit", tooltip="Commit the best kernel now"),
         Binding("h", "app.open_history", "History"),
         Binding("r", "toggle_reasoning", "Reasoning", tooltip="Show or hide the reasoning"),
@@ -50,21 +48,23 @@ class RunScreen(Screen):
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(id="run")
-        self.state = RunState()
-        self.pinned: TurnKey | None = None
-        """A finished turn the person selected; None follows the live turn."""
+        self._clock = clock
+        self.state = RunState(clock)
+        self.pinned: Key | None = None
+        """A finished or cancelled turn the person selected; None follows the live turn."""
         self.follow: int | None = None
         """Trajectory whose live turn is shown (None: the first one generating)."""
-        self._clock = clock
         self._t0: float | None = None
         self._t1: float | None = None
         self._dirty_output = False
-        self._status = Content.styled("starting…", "$text-muted")
+        self._status: tuple[str, str] = ("starting…", "$text-muted")
+        self._notes: list[tuple[str, str]] = []
+        self._offered_cancel = False
         self._ready = False
         """Events can arrive before the screen is mounted; they only update the state then."""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="run-header")
+        yield FitHeader(2, id="run-header")
         with Horizontal(id="run-body"):
             with Vertical(id="side"):
                 yield TurnList(id="turns")
@@ -76,34 +76,65 @@ class RunScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(TurnList).border_title = "turns"
-        self.set_interval(1.0, self._refresh_header)
+        self.set_interval(1.0, self._tick)
         self.set_interval(REDRAW_S, self._flush_output)
         self._ready = True
         self._refresh_turns()
         self._show_selected()
         self._refresh_header()
 
+    def on_resize(self) -> None:
+        if self._ready:
+            self._fit_side()
+
+    @property
+    def toast_room(self) -> int:
+        """Notifications sit over the model output, never over the turns or the feedback."""
+        # The toast rack keeps a scrollbar's width (2) free on its right.
+        return self.query_one("#main").size.width - 2 if self._ready else self.size.width * 3 // 4
+
+    # --- steering offered ----------------------------------------------------------------
+    def _can_cancel(self) -> bool:
+        engine = getattr(self.app, "engine", None)
+        return bool(getattr(self.app, "running", False) and engine is not None and engine.generating)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_generation":
+            return self._can_cancel()
+        return True
+
+    def action_cancel_generation(self) -> None:
+        self.app.action_cancel_generation()
+        self._sync_bindings()
+
+    def _sync_bindings(self) -> None:
+        # The engine flips its generating flag in its own thread: the footer catches up on the
+        # next event or tick.
+        if self._can_cancel() != self._offered_cancel:
+            self._offered_cancel = not self._offered_cancel
+            self.refresh_bindings()
+
     # --- events from the engine ----------------------------------------------------------
     def set_status(self, text: str, style: str = "$text-muted") -> None:
-        self._status = Content.styled(text, style)
+        self._status, self._notes = (text, style), []
         if self._ready:
             self._refresh_header()
 
     def add_status(self, text: str, style: str = "$text-muted") -> None:
-        """Append to the status line, e.g. what the delivery did."""
-        self._status = self._status + Content.styled(f" · {text}", style)
+        """Add to the status line, e.g. what the delivery did."""
+        self._notes.append((text, style))
         if self._ready:
             self._refresh_header()
 
     def apply(self, event: Event) -> None:
         if isinstance(event, RunStarted):
-            self.state = RunState()
+            self.state = RunState(self._clock)
         self.state.apply(event)
         if isinstance(event, RunStarted):
             self._t0, self._t1 = self._clock(), None
             self.pinned = None
-            if event.resumed_turns:
-                self.state.add_records(read_records(Path(event.run_dir)))
+            # A resumed run's stored turns, cancelled generations included (none for a new run).
+            self.state.add_records(read_records(Path(event.run_dir), finished_only=False))
             self.set_status("running", "$text-accent")
         elif isinstance(event, RunFinished):
             self._t1 = self._clock()
@@ -111,6 +142,7 @@ class RunScreen(Screen):
             self.set_status(label, style)
         if not self._ready:
             return
+        self._sync_bindings()
         best = self.state.best
         if isinstance(event, RunFinished) and self.pinned is None and best is not None:
             # The run is over: what is left to look at is the kernel that won.
@@ -121,40 +153,62 @@ class RunScreen(Screen):
             self._show_selected()
             self._refresh_header()
         else:
-            # Stage changes and notices: the output's title changes, at the redraw pace.
+            # Stage changes and notices: titles and the live feedback change, at the redraw pace.
             self._dirty_output = True
 
     def apply_tokens(self, chunks: list[tuple[int, int, str, str]]) -> None:
         for traj, turn, channel, text in chunks:
             self.state.add_tokens(traj, turn, channel, text)
         self._dirty_output = True
+        if self._ready:
+            self._sync_bindings()
 
     # --- drawing ----------------------------------------------------------------------------
+    def _tick(self) -> None:
+        self._refresh_header()
+        self._sync_bindings()
+        if self.pinned is None and self.state.live:
+            self._dirty_output = True  # the live turn's timer
+
     def _refresh_header(self) -> None:
+        header = self.query_one("#run-header", FitHeader)
+        status_text = Content(" · ").join(Content.styled(t, s) for t, s in [self._status, *self._notes])
+        status = [(status_text, "", 8)]
         st = self.state.started
         if st is None:
-            head = Content.assemble(("kevin-opt", "bold $text-primary"), "  ", self._status)
-        else:
-            elapsed = ((self._t1 or self._clock()) - self._t0) if self._t0 is not None else 0.0
-            done = len(self.state.records)
-            total = st.turns * st.trajectories
-            best = self.state.best
-            head = Content.assemble(
-                (st.task, "bold $text-primary"),
-                "  ", (st.device, "bold"), f" {st.device_name}" if st.device_name else "",
-                "  ", (st.model, "$text-secondary"),
-                "\n", self._status, f"  {fmt_elapsed(elapsed)}  turns {done}/{total}  best ",
-                (fmt_speedup(best.speedup), "bold $text-success") if best else ("none yet", "$text-muted"),
-                f" (trajectory {best.trajectory} turn {best.turn})" if best else "",
-            )
-        self.query_one("#run-header", Static).update(head)
+            header.set_lines([("kevin-opt", "bold $text-primary", 9)], status)
+            return
+        elapsed = ((self._t1 or self._clock()) - self._t0) if self._t0 is not None else 0.0
+        best = self.state.best
+        done, total = len(self.state.records), st.turns * st.trajectories
+        stats = f"{fmt_clock(elapsed)}  turns {done}/{total}"
+        best_part = (
+            Content.assemble("best ", (fmt_speedup(best.speedup), "bold $text-success"),
+                             f" (t{best.trajectory} turn {best.turn})")
+            if best else Content.assemble("best ", ("none yet", "$text-muted"))
+        )
+        line2 = [*status, (stats, "", len(stats)), (best_part, "", len(f"best {fmt_speedup(best.speedup)}") if best else 13)]
+        header.set_lines(
+            [(st.task, "bold $text-primary", 16), (st.device, "bold", len(st.device)),
+             (st.device_name, "", 8), (st.model, "$text-secondary", 10)],
+            line2,
+        )
+
+    def _fit_side(self) -> None:
+        """The turn list takes the width its labels need; the output panes get the rest."""
+        turns = self.query_one(TurnList)
+        width = min(turns.wanted_width(), max(int(self.size.width * SIDE_SHARE), 24))
+        side = self.query_one("#side")
+        if side.styles.width is None or side.styles.width.value != width:
+            side.styles.width = width
 
     def _refresh_turns(self) -> None:
         turns = self.query_one(TurnList)
-        turns.show(self.state.records, self.state.live, self.state.trajectories())
+        turns.show(self.state.records, self.state.live, self.state.trajectories(), self.state.cancelled)
         if self.pinned is None:
             live = self._live_key()
             turns.select_key(live or self.state.last_finished, quiet=True)
+        self._fit_side()
         self.query_one(SpeedupChart).show(self.state.best_curve())
 
     def _live_key(self) -> TurnKey | None:
@@ -175,15 +229,15 @@ class RunScreen(Screen):
     def _show_selected(self) -> None:
         output = self.query_one(ModelOutput)
         feedback = self.query_one(FeedbackView)
-        if self.pinned is not None and self.pinned in self.state.records:
-            record = self.state.records[self.pinned]
+        if self.pinned is not None and (record := self.state.record(self.pinned)) is not None:
             output.show_record(record)
             feedback.show(record)
             return
         live = self._live_key()
         if live is not None:
-            output.show_live(self.state.live[live[0]])
-            feedback.show(self._latest_record(live[0]) or self._latest_record(None))
+            turn = self.state.live[live[0]]
+            output.show_live(turn)
+            feedback.show_live(turn, self._clock(), self.state.continued(turn))
             return
         last = self._latest_record(None)
         if last is not None:
@@ -204,7 +258,7 @@ class RunScreen(Screen):
         key = self.query_one(TurnList).highlighted_key
         if key is None:
             return
-        if key in self.state.records:
+        if self.state.record(key) is not None:
             self.pinned = key
         else:
             self.pinned, self.follow = None, key[0]
@@ -217,3 +271,4 @@ class RunScreen(Screen):
 
     def action_toggle_reasoning(self) -> None:
         self.query_one(ModelOutput).toggle_reasoning()
+

@@ -33,7 +33,7 @@ class SpeedupChart(Vertical):
         if not curve:
             caption.update(Content.styled("no turns yet", "$text-muted"))
         elif max(curve) <= 0:
-            caption.update(Content.styled(f"turns 1-{len(curve)}: none verified yet", "$text-muted"))
+            caption.update(Content.styled("none verified yet", "$text-muted"))
         else:
             caption.update(
                 Content.assemble(

@@ -1,4 +1,5 @@
-"""The feedback of one turn: checks, compile log, correctness numbers, timings."""
+"""The feedback of one turn: checks, compile log, correctness numbers, timings; for a turn in
+flight, its phase with a running timer and the build's output as it comes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,37 @@ from textual.content import Content
 from textual.widgets import Static
 
 from ...results import TurnRecord
-from ..format import feedback_content
+from ...formatting import fmt_clock, fmt_seconds
+from ..format import LIVE, LIVE_OUTPUT_LINES, feedback_content
+from ..state import LiveTurn
+
+STAGE_NAMES = {"generating": "generation", "queued": "queue"}
+"""Phases of a live turn by the names its stored stage times use."""
+
+
+def live_content(live: LiveTurn, now: float, previous: TurnRecord | None) -> Content:
+    """What is known about a turn in flight: its phases so far and the evaluation's output."""
+    lines = [Content.assemble((f"{LIVE.glyph} {live.phase} {fmt_clock(now - live.since)}", LIVE.style),
+                              f"  trajectory {live.trajectory} · turn {live.turn}")]
+    phases = [
+        Content.assemble((f"{STAGE_NAMES.get(name, name)} ", "$text-muted"),
+                         (f"{fmt_clock(s)}…", "$text-accent") if running else fmt_seconds(s))
+        for name, s, running in live.durations(now)
+        if running or s >= 0.05  # a phase that passed in an instant says nothing
+    ]
+    lines.append(Content.assemble(("time: ", "bold"), Content(" · ").join(phases)))
+    output = live.output_text().rstrip()
+    if output:
+        tail = output.splitlines()[-LIVE_OUTPUT_LINES:]
+        what = "compiler output" if live.phase == "compile" else "evaluation output"
+        lines += [Content.styled(f"{what}:", "bold"), Content.styled("\n".join(tail), "$text-muted")]
+    elif live.phase == "compile":
+        lines.append(Content.styled("compiling; the compiler's output shows here as it comes", "$text-muted"))
+    elif previous is not None:
+        # While it generates, the feedback it answers is the thing to read.
+        lines += [Content(""), Content.styled("the turn it continues:", "bold"),
+                  feedback_content(previous)]
+    return Content("\n").join(lines)
 
 
 class FeedbackView(VerticalScroll):
@@ -17,6 +48,10 @@ class FeedbackView(VerticalScroll):
     FeedbackView > Static { width: 1fr; }
     """
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._live_key: tuple[int, int] | None = None
+
     def compose(self) -> ComposeResult:
         yield Static(Content.styled("no finished turn yet", "$text-muted"), id="feedback-text")
 
@@ -24,6 +59,21 @@ class FeedbackView(VerticalScroll):
         self.border_title = "feedback"
 
     def show(self, record: TurnRecord | None, placeholder: str = "no finished turn yet") -> None:
+        self._live_key = None
+        self.border_title = "feedback"
         text = feedback_content(record) if record is not None else Content.styled(placeholder, "$text-muted")
         self.query_one("#feedback-text", Static).update(text)
         self.scroll_home(animate=False)
+
+    def show_live(self, live: LiveTurn, now: float, previous: TurnRecord | None) -> None:
+        """Redraw a turn in flight; while it builds, the end of the output stays in view unless
+        the person scrolled up to read."""
+        key = (live.trajectory, live.turn)
+        follow = self._live_key != key or self.scroll_y >= self.max_scroll_y - 1
+        self._live_key = key
+        self.border_title = f"feedback · {live.phase} {fmt_clock(now - live.since)}"
+        self.query_one("#feedback-text", Static).update(live_content(live, now, previous))
+        if follow and live.output:
+            self.call_after_refresh(self.scroll_end, animate=False)
+        elif follow:
+            self.scroll_home(animate=False)

@@ -8,8 +8,9 @@ from textual.content import Content
 from textual.widgets import Collapsible, Static
 
 from ...results import TurnRecord
-from ..format import kernel_content
+from ..format import answer_text, kernel_content
 from ..state import LiveTurn
+from .code import CodeView
 
 STREAM_TAIL = 8000
 """While streaming, only the end of the text is redrawn: wrapping 60k characters ten times a
@@ -23,6 +24,8 @@ def _tail(text: str) -> Content:
 
 
 class ModelOutput(VerticalScroll):
+    """Prose wraps to the pane; the kernel keeps its lines and scrolls sideways (← →)."""
+
     DEFAULT_CSS = """
     ModelOutput { height: 1fr; }
     ModelOutput Collapsible { padding: 0; border-top: none; }
@@ -41,23 +44,37 @@ class ModelOutput(VerticalScroll):
         with Collapsible(title="reasoning", collapsed=True, id="reasoning-box"):
             yield Static(id="reasoning")
         yield Static(id="answer")
+        yield CodeView(id="code", text_id="code-text")
         yield Static(id="summary")
 
     def on_mount(self) -> None:
         self.border_title = "model output"
-        self.query_one("#answer", Static).update(Content.styled("waiting for the first turn", "$text-muted"))
+        self._show_answer(Content.styled("waiting for the first turn", "$text-muted"))
 
     def toggle_reasoning(self) -> None:
         box = self.query_one(Collapsible)
         self.expand_reasoning = box.collapsed
         box.collapsed = not box.collapsed
 
-    def _set_reasoning(self, text: str, title: str, default_open: bool) -> None:
+    # The kernel is the one thing here wider than the pane: ← → scroll it.
+    def action_scroll_left(self) -> None:
+        self.query_one(CodeView).scroll_left(animate=False)
+
+    def action_scroll_right(self) -> None:
+        self.query_one(CodeView).scroll_right(animate=False)
+
+    def _set_reasoning(self, text: str, title: str, default_open: bool, *, live: bool = False) -> None:
         box = self.query_one(Collapsible)
         box.display = bool(text)
         box.title = title
         box.collapsed = not (default_open if self.expand_reasoning is None else self.expand_reasoning)
-        self.query_one("#reasoning", Static).update(_tail(text) if default_open else Content(text))
+        self.query_one("#reasoning", Static).update(_tail(text) if live else Content(text))
+
+    def _show_answer(self, prose: Content | None = None, code: Content | None = None) -> None:
+        answer, view = self.query_one("#answer", Static), self.query_one(CodeView)
+        answer.display, view.display = prose is not None, code is not None
+        answer.update(prose or "")
+        view.update(code or "")
 
     def show_live(self, live: LiveTurn) -> None:
         """Redraw the streaming turn; stays at the bottom unless the person scrolled up."""
@@ -66,12 +83,12 @@ class ModelOutput(VerticalScroll):
         self._shown = key
         self.border_title = f"model output · trajectory {live.trajectory} turn {live.turn} · {live.phase}"
         reasoning = live.reasoning_text()
-        self._set_reasoning(reasoning, f"reasoning · {live.reasoning_chars} chars", True)
+        # Open while it streams; once the answer is in, the answer is what to look at.
+        self._set_reasoning(reasoning, f"reasoning · {live.reasoning_chars} chars", live.phase == "generating",
+                            live=True)
         answer = live.answer_text()
         placeholder = "generating…" if live.phase == "generating" else ""
-        self.query_one("#answer", Static).update(
-            _tail(answer) if answer else Content.styled(placeholder, "italic $text-muted")
-        )
+        self._show_answer(_tail(answer) if answer else Content.styled(placeholder, "italic $text-muted"))
         self.query_one("#summary", Static).update("")
         if follow:
             self.call_after_refresh(self._scroll_end_if_shown, key)
@@ -88,12 +105,14 @@ class ModelOutput(VerticalScroll):
         self._shown = key
         self.border_title = f"model output · trajectory {record.trajectory} turn {record.turn}"
         self._set_reasoning(record.reasoning, f"reasoning · {len(record.reasoning)} chars", False)
-        answer = self.query_one("#answer", Static)
         if record.code.strip():
-            answer.update(kernel_content(record.code))
+            self._show_answer(code=kernel_content(record.code))
         else:
-            # No kernel could be parsed: the raw answer shows what went wrong.
-            answer.update(Content(record.response) if record.response else Content.styled("(empty response)", "$text-muted"))
+            # No kernel could be parsed: the answer (after the reasoning) shows what went wrong.
+            answer = answer_text(record)
+            self._show_answer(Content(answer) if answer else Content.styled("(no answer after the reasoning)"
+                                                                            if record.reasoning else "(empty response)",
+                                                                            "$text-muted"))
         summary = Content.assemble(("summary: ", "bold"), record.summary) if record.summary.strip() else ""
         self.query_one("#summary", Static).update(summary)
 
@@ -101,5 +120,5 @@ class ModelOutput(VerticalScroll):
         self._shown = None
         self.border_title = "model output"
         self._set_reasoning("", "reasoning", False)
-        self.query_one("#answer", Static).update(Content.styled(message, "$text-muted"))
+        self._show_answer(Content.styled(message, "$text-muted"))
         self.query_one("#summary", Static).update("")

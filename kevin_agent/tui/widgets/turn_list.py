@@ -6,28 +6,36 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
-from ...results import TurnRecord
 from ...formatting import fmt_speedup
+from ...results import TurnRecord
 from ..format import live_label, turn_label
-from ..state import LiveTurn, TurnKey
+from ..state import Key, LiveTurn, TurnKey
+
+MIN_WIDTH = 24
+"""The narrowest the list gets (its border title and the chart under it need this much)."""
 
 
-def option_id(key: TurnKey) -> str:
+def option_id(key: Key) -> str:
+    if len(key) == 3:
+        return f"c{key[0]}-{key[1]}-{key[2]}"
     return f"t{key[0]}-{key[1]}"
 
 
-def parse_option_id(option_id: str | None) -> TurnKey | None:
-    if not option_id or not option_id.startswith("t") or "-" not in option_id:
+def parse_option_id(option_id: str | None) -> Key | None:
+    if not option_id or option_id[:1] not in ("t", "c") or "-" not in option_id:
         return None
-    traj, turn = option_id[1:].split("-", 1)
-    return int(traj), int(turn)
+    numbers = tuple(int(n) for n in option_id[1:].split("-"))
+    return numbers if len(numbers) == (3 if option_id[0] == "c" else 2) else None  # type: ignore[return-value]
 
 
 class TurnList(OptionList):
-    """Rebuilt whole on each change (turns finish seconds apart), keeping the highlighted turn."""
+    """Rebuilt whole on each change (turns finish seconds apart), keeping the highlighted turn.
+
+    Its width follows its labels, so that the panes beside it get the rest of the screen.
+    """
 
     DEFAULT_CSS = """
-    TurnList { height: 1fr; }
+    TurnList { height: 1fr; scrollbar-size-vertical: 1; }
     """
 
     def show(
@@ -35,20 +43,26 @@ class TurnList(OptionList):
         records: dict[TurnKey, TurnRecord],
         live: dict[int, LiveTurn] | None = None,
         trajectories: list[int] | None = None,
+        cancelled: dict[TurnKey, list[TurnRecord]] | None = None,
     ) -> None:
         live = live or {}
-        trajs = trajectories or sorted({t for t, _ in records} | set(live))
+        cancelled = cancelled or {}
+        trajs = trajectories or sorted({t for t, _ in records} | {t for t, _ in cancelled} | set(live))
         highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
         options: list[Option] = []
         for traj in trajs:
-            turns = sorted(k for k in records if k[0] == traj)
+            turns = sorted({k for k in records if k[0] == traj} | {k for k in cancelled if k[0] == traj})
             if len(trajs) > 1:
-                speeds = [s for k in turns if (s := records[k].speedup) is not None]
+                speeds = [s for k in turns if k in records and (s := records[k].speedup) is not None]
                 best = Content.styled(f" best {fmt_speedup(max(speeds))}", "$text-success") if speeds else ""
                 options.append(Option(Content.assemble((f"trajectory {traj}", "bold"), best), id=f"traj-{traj}", disabled=True))
-            for key in turns:
-                options.append(Option(turn_label(records[key]), id=option_id(key)))
             lv = live.get(traj)
+            for key in turns:
+                # A cancelled generation is listed where it happened: before the turn's next attempt.
+                for n, rec in enumerate(cancelled.get(key, [])):
+                    options.append(Option(turn_label(rec), id=option_id((*key, n))))
+                if key in records:
+                    options.append(Option(turn_label(records[key]), id=option_id(key)))
             if lv is not None and (traj, lv.turn) not in records:
                 options.append(Option(live_label(lv.turn, lv.phase), id=option_id((traj, lv.turn))))
         with self.prevent(OptionList.OptionHighlighted):
@@ -56,7 +70,13 @@ class TurnList(OptionList):
             if highlighted is not None:
                 self.select_key(parse_option_id(highlighted), quiet=True)
 
-    def select_key(self, key: TurnKey | None, *, quiet: bool = False) -> None:
+    def wanted_width(self) -> int:
+        """Cells the list needs: its widest label, the option padding, border and scrollbar."""
+        labels = [option.prompt for option in self.options]
+        widest = max((p.cell_length if isinstance(p, Content) else len(str(p)) for p in labels), default=0)
+        return max(MIN_WIDTH, widest + 2 + 2 + 1)
+
+    def select_key(self, key: Key | None, *, quiet: bool = False) -> None:
         if key is None:
             return
         try:
@@ -70,6 +90,6 @@ class TurnList(OptionList):
             self.highlighted = index
 
     @property
-    def highlighted_key(self) -> TurnKey | None:
+    def highlighted_key(self) -> Key | None:
         opt = self.highlighted_option
         return parse_option_id(opt.id) if opt is not None else None
