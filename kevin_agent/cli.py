@@ -99,6 +99,7 @@ def _add_eval_flags(group) -> None:
     _flag(group, "correctness_trials", type=_positive_int, metavar="N")
     _flag(group, "timed_runs", type=_positive_int, metavar="N")
     _flag(group, "compare_compile", action=argparse.BooleanOptionalAction)
+    _flag(group, "fast_build", action=argparse.BooleanOptionalAction)
 
 
 def build_parser(registry) -> argparse.ArgumentParser:

@@ -31,6 +31,26 @@ def _default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "kevin-opt" / "builds"
 
 
+def parallel_compiles_for(cores: int, available_gib: float) -> int:
+    """Builds that fit at once: a cuda build compiles the bindings and the .cu file side by
+    side (two cores, and one more for the start-up and link phases of them all) and nvcc
+    parsing PyTorch's full headers peaks at about 3 GiB."""
+    return max(1, min(cores // 2 + 1, int(available_gib // 3)))
+
+
+def default_parallel_compiles() -> int:
+    """``parallel_compiles_for`` the cores this process may use and the memory available now."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    available = 4.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return parallel_compiles_for(cores, available)
+
+
 class EvalOptions(BaseModel):
     """How candidates are compiled, checked and timed."""
 
@@ -58,8 +78,11 @@ class EvalOptions(BaseModel):
     """Wall-clock limit for building one candidate, in seconds."""
     run_timeout_s: float = Field(300.0, gt=0)
     """Wall-clock limit for checking and timing one candidate (and for probing the task), in seconds."""
-    parallel_compiles: int = Field(4, ge=1)
-    """Candidates built at once."""
+    parallel_compiles: int = Field(default_factory=default_parallel_compiles, ge=1)
+    """Candidates built at once (default: as many as the cores and memory allow)."""
+    fast_build: bool = True
+    """Build with a precompiled bindings header and light CUDA headers, and plainly whenever
+    that fails (see docs/evaluation.md)."""
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     """Build cache: one folder per candidate source and toolchain (KEVIN_CACHE_DIR)."""
     cpu_threads: int | None = Field(1, ge=1)

@@ -1,8 +1,8 @@
 """The build cache: one folder per candidate source and toolchain.
 
-The key is the sha256 of the source, the torch version, the compiler version(s), the device
-and (on cuda) the target architectures, so the same candidate compiles once per toolchain and
-a toolchain upgrade rebuilds. A folder is a cache hit once a successful build left its marker.
+The key is the sha256 of the source, the torch version, the compiler version(s), the device,
+(on cuda) the target architectures and the build path (``build.py``), so the same candidate
+compiles once per toolchain and a toolchain upgrade rebuilds. A folder is a cache hit once a successful build left its marker.
 """
 
 from __future__ import annotations
@@ -110,10 +110,38 @@ def cpu_model() -> str:
     return f"{name} [{flags}]" if flags else name
 
 
-def build_key(source: str, device: str) -> str:
+def build_key(source: str, device: str, fast: bool = True) -> str:
+    """Covers the source, the toolchain and the build path: a fast build (precompiled
+    bindings header, light CUDA headers of that version) and a plain one are kept apart."""
+    from . import build, light
+
     h = hashlib.sha256(source.encode())
-    h.update(json.dumps({"device": device, **toolchain(device)}, sort_keys=True).encode())
+    path = {"fast": [build.VERSION, light.VERSION]} if fast else {"plain": 1}
+    h.update(json.dumps({"device": device, **toolchain(device), "build": path}, sort_keys=True).encode())
     return h.hexdigest()[:24]
+
+
+def toolchain_env(device: str) -> dict[str, str]:
+    """Environment a build needs besides the scrubbed one: where CUDA is, and an explicit
+    architecture list, which keeps load_inline from opening a CUDA context to ask the GPU."""
+    out: dict[str, str] = {}
+    if device == "cuda":
+        home = cuda_home()
+        if home:
+            out["CUDA_HOME"] = home
+        arch = toolchain("cuda").get("arch")
+        if arch:
+            out["TORCH_CUDA_ARCH_LIST"] = arch
+    return out
+
+
+def build_paths(folder: Path) -> list[dict]:
+    """How each load_inline call of the build in ``folder`` was built (see ``build.py``)."""
+    path = folder / "kevin-build-paths.jsonl"
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
 
 
 def is_built(folder: Path) -> bool:

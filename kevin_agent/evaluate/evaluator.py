@@ -86,14 +86,7 @@ class LocalEvaluator:
                  "TORCHINDUCTOR_COMPILE_THREADS": "1"}
         if build_folder is not None:
             extra["TORCH_EXTENSIONS_DIR"] = str(build_folder)
-        if self.device == "cuda":
-            tc = cache.toolchain("cuda")
-            home = cache.cuda_home()
-            if home:
-                extra["CUDA_HOME"] = home
-            # An explicit arch list keeps load_inline from opening a CUDA context to ask the GPU.
-            if tc.get("arch"):
-                extra["TORCH_CUDA_ARCH_LIST"] = tc["arch"]
+        extra.update(cache.toolchain_env(self.device))
         return scrubbed_env(extra)
 
     def _job(self, mode: str, candidate: Path | None = None) -> dict:
@@ -129,7 +122,7 @@ class LocalEvaluator:
 
     # --- phase 1 -------------------------------------------------------------------------
     def _build(self, source: str) -> _Build:
-        key = cache.build_key(source, self.device)
+        key = cache.build_key(source, self.device, self.settings.fast_build)
         folder = self.settings.cache_dir / key
         folder.mkdir(parents=True, exist_ok=True)
         candidate = folder / "candidate.py"
@@ -183,7 +176,7 @@ class LocalEvaluator:
     def evaluate(self, sources: Sequence[str], *, on_stage: StageCallback | None = None) -> list[EvalResult]:
         """One result per source, in order; a bad candidate gives a failed result, never an exception."""
         started = time.monotonic()
-        keys = [cache.build_key(src, self.device) for src in sources]
+        keys = [cache.build_key(src, self.device, self.settings.fast_build) for src in sources]
         unique = {k: src for k, src in zip(keys, sources)}
         for i in range(len(sources)):
             if on_stage:

@@ -143,22 +143,14 @@ def do_probe(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
 
 
 def do_compile(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
-    import torch.utils.cpp_extension as cpp
+    from .build import building
 
-    # The compiler log is part of the result, so the build must print it (to the captured stdout).
-    original = cpp.load_inline
-
-    def load_inline_verbose(*args, **kwargs):
-        if len(args) <= 11:
-            kwargs["verbose"] = True
-        return original(*args, **kwargs)
-
-    cpp.load_inline = load_inline_verbose
     stage(Stage.COMPILE)
-    try:
-        import_file(job.candidate_path, "kevin_candidate")
-    except Exception as exc:
-        return WorkerReply(ok=False, error_kind="compile", error=describe(exc, job.candidate_path))
+    with building(fast=job.settings.fast_build):
+        try:
+            import_file(job.candidate_path, "kevin_candidate")
+        except Exception as exc:
+            return WorkerReply(ok=False, error_kind="compile", error=describe(exc, job.candidate_path))
     return WorkerReply(ok=True)
 
 
