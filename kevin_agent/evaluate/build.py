@@ -92,29 +92,35 @@ def make_plan(arguments: dict, shared: Path) -> tuple[Plan, Callable[[], None]]:
     plan = Plan()
     cuda = as_list(arguments.get("cuda_sources"))
     finish: Callable[[], None] = lambda: None
+    header = None
     if not as_list(arguments.get("sycl_sources")):
-        header = pch.for_call(arguments, shared)
-        if header is not None:
-            if header.ready():
-                plan.include_dirs.append(header.folder)
-                plan.pch = True
-                header.touch()
-            else:
-                finish = header.start_build()
-                if finish is not None:
-                    plan.notes.append("building the precompiled header for this flag set alongside")
-                else:
-                    finish = lambda: None
+        try:
+            header = pch.for_call(arguments, shared)
+        except Exception as exc:  # e.g. a PyTorch whose ninja writer takes other arguments
+            plan.notes.append(f"no precompiled header ({type(exc).__name__}: {exc})")
+    if header is not None and header.ready():
+        plan.include_dirs.append(header.folder)
+        plan.pch = True
+        header.touch()
+    elif header is not None:
+        started = header.start_build()
+        if started is not None:
+            finish = started
+            plan.notes.append("made the precompiled header for this flag set alongside")
     if cuda:
-        why_not = light.refusal(cuda)
-        overlay = light.overlay(shared) if why_not is None else None
+        why_not, overlay = light.refusal(cuda), None
+        if why_not is None:
+            try:
+                overlay = light.overlay(shared)
+            except Exception as exc:  # e.g. a PyTorch whose headers are laid out otherwise
+                plan.notes.append(f"no light header ({type(exc).__name__}: {exc})")
         if overlay is not None:
             plan.include_dirs.append(overlay)
             plan.light = True
         elif why_not:
             plan.notes.append(f"full CUDA headers: {why_not}")
         flags = " ".join(as_list(arguments.get("extra_cuda_cflags")) + [os.environ.get("NVCC_APPEND_FLAGS", "")])
-        plan.nvcc_threads = not re.search(r"(^|\s)(-t|--threads)\b", flags)
+        plan.nvcc_threads = not re.search(r"(^|\s)(-t|--threads)(\s|=|\d|$)", flags)
     return plan, finish
 
 
