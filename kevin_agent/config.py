@@ -124,8 +124,11 @@ class RunConfig(EvalOptions, BaseSettings):
     # --- the loop -------------------------------------------------------------------------
     turns: int = Field(8, ge=1, le=64)
     """Serial refinement turns per trajectory (the paper evaluated 8)."""
-    trajectories: int = Field(1, ge=1, le=64)
-    """Trajectories refined in parallel; one turn of all of them is one batch."""
+    trajectories: int | None = Field(None, ge=1, le=64)
+    """Trajectories refined in parallel (default: as many as the KV cache holds at full context, up to 16).
+    One turn of all of them is one batch. Without --trajectories the vllm backend runs as many as
+    its KV cache holds at the full context without preemption, up to the paper's 16; other
+    backends run 1."""
     target_speedup: float | None = Field(None, gt=0)
     """Stop early once a verified kernel reaches this speedup."""
     min_speedup: float = Field(1.0, ge=0)
@@ -158,10 +161,27 @@ class RunConfig(EvalOptions, BaseSettings):
     """Timeout for one request to an OpenAI-compatible server, in seconds."""
     retries: int = Field(4, ge=0)
     """Retries (with backoff) on connection errors, 429 and 5xx."""
-    tensor_parallel_size: int = Field(1, ge=1)
-    """vLLM: GPUs to shard the model over."""
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    """vLLM: GPUs to shard the model over (default 1; on two GPUs the kernels get the other one)."""
     gpu_memory_utilization: float = Field(0.80, gt=0, lt=1)
     """vLLM: share of GPU memory for the model; the rest is left for kernel evaluation."""
+    kv_cache_dtype: Literal["auto", "fp8"] = "fp8"
+    """vLLM: KV cache precision; fp8 holds twice the tokens of auto (the model's bf16).
+    It also halves what each decode step reads of the cache. Kevin's quality with it is unmeasured."""
+    quantization: Literal["none", "fp8"] = "none"
+    """vLLM: fp8 weights, quantized at load (needs compute capability 8.9+; quality unmeasured).
+    Half the memory of bf16 and faster steps; opt-in because Kevin's quality with it is unmeasured."""
+    prefix_caching: bool = True
+    """vLLM: reuse the KV cache of the task prompt that a turn's trajectories share (default on)."""
+    cuda_graphs: bool = True
+    """vLLM: torch.compile and CUDA graphs, vLLM's default (off: faster start, slower generation)."""
+    speculative: Literal["off", "ngram"] = "off"
+    """vLLM: speculative decoding; ngram drafts the tokens that followed the last few ones earlier on.
+    Prompt lookup pays when an answer repeats earlier code; its acceptance on Kevin is unmeasured."""
+    eval_gpu: int | None = Field(None, ge=0)
+    """GPU for checking and timing kernels (default: one the model does not use, else the model's).
+    Numbered as CUDA numbers them after CUDA_VISIBLE_DEVICES; on the model's GPU, timing waits
+    for generation to stop."""
 
     # --- evaluation (the fields of EvalOptions) and where kernels run -------------------------
     device: str | None = None

@@ -26,6 +26,8 @@ class RunStarted(BaseModel):
     trajectories: int
     resumed_turns: int = 0
     """Turns already on disk when a resumed run starts."""
+    note: str = ""
+    """How trajectories x turns compare with the paper's 16 x 8, and what fits the KV cache."""
 
 
 class TurnStarted(BaseModel):

@@ -14,6 +14,7 @@ from . import __version__
 from .config import RunConfig, load_config
 from .errors import ConfigError, TaskError
 from .events import Notice
+from .gpus import detect_gpus, plan_gpus
 from .loop import Engine
 from .protocols import EventSink
 from .registry import Registry, build_registry
@@ -64,7 +65,9 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         registry.device_factory(config.device)
     task = load_task(task_file, config.class_name)
     config = config.model_copy(update={"device": resolve_device(config)})
+    plan_gpus(config, detect_gpus())  # refuse an impossible --eval-gpu before anything starts
     evaluator, backend = _probe_and_connect(registry, task, config)
+    config, note = _settle_trajectories(config, backend)
     root = config.run_dir or default_runs_root(task.path.parent)
     info = RunInfo(
         run_id=new_run_id(task.name), created_at=now_iso(),
@@ -82,7 +85,21 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check, search=make_search(config))
+                  check=registry.check, search=make_search(config), start_note=note)
+
+
+def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
+    """Trajectories not given: as many as the backend serves without preemption (the vllm
+    backend knows its KV cache once started), up to the paper's 16. Also the first line's note."""
+    from .backends.capacity import default_trajectories, room_flags, trajectories_note
+
+    fit = getattr(backend, "sequences_that_fit", None)
+    chosen = config.trajectories is None
+    trajectories = default_trajectories(fit) if chosen else config.trajectories
+    note = trajectories_note(trajectories, config.turns, sequences_that_fit=fit,
+                             context_tokens=config.context_tokens, chosen=chosen,
+                             room=room_flags(config.kv_cache_dtype, config.quantization))
+    return config.model_copy(update={"trajectories": trajectories}), note
 
 
 def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, overrides: dict | None = None,

@@ -63,10 +63,12 @@ class Engine:
         sink: EventSink,
         check: CheckFn,
         search: Search | None = None,
+        start_note: str = "",
     ) -> None:
         self.task, self.config, self.backend, self.evaluator = task, config, backend, evaluator
         self.store, self.sink, self.check = store, sink, check
         self.search = search or IndependentSearch()
+        self.start_note = start_note
         self.records: list[TurnRecord] = store.records()
         self._stop = threading.Event()
         self._cancel = threading.Event()
@@ -132,7 +134,7 @@ class Engine:
             run_id=info.run_id, run_dir=str(self.store.dir), task=self.task.name, device=info.device,
             device_name=info.device_name, backend=info.backend, model=info.model,
             turns=self.config.turns, trajectories=self.config.trajectories,
-            resumed_turns=len(self.records),
+            resumed_turns=len(self.records), note=self.start_note,
         ))
         reason = "failed"
         self.store.update_info(status="running")

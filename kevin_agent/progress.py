@@ -43,7 +43,8 @@ class ProgressPrinter:
             self.turns = event.turns
             resumed = f", resuming after {event.resumed_turns} finished turns" if event.resumed_turns else ""
             self._out(f"kevin-opt: run {event.run_id}: {event.task} on {event.device} ({event.device_name}), "
-                      f"{event.backend} / {event.model}, {event.trajectories} x {event.turns} turns{resumed}")
+                      f"{event.backend} / {event.model}, {event.trajectories} x {event.turns} turns"
+                      f"{f' ({event.note})' if event.note else ''}{resumed}")
             self._out(f"kevin-opt: run directory {event.run_dir}")
         elif isinstance(event, ev.TurnStarted):
             dropped = f", {event.dropped_attempts} earliest attempts dropped to fit" if event.dropped_attempts else ""

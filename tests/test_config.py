@@ -8,7 +8,8 @@ from kevin_agent.errors import ConfigError
 
 def test_defaults_follow_the_paper():
     cfg = load_config({})
-    assert (cfg.turns, cfg.trajectories, cfg.temperature, cfg.max_tokens) == (8, 1, 0.9, 16384)
+    assert (cfg.turns, cfg.temperature, cfg.max_tokens) == (8, 0.9, 16384)
+    assert cfg.trajectories is None, "chosen per run from what the backend serves without preemption"
     assert cfg.backend == "vllm" and cfg.model == "cognition-ai/Kevin-32B"
 
 

@@ -1,33 +1,54 @@
-"""The vllm backend (the default): vLLM's engine inside the tool's own process.
+"""The vllm backend (the default): vLLM's engine driven from the tool's own process.
 
-All prompts of a turn are added to the engine together so vLLM batches them; the engine is
-stepped here, and each step's new text (``RequestOutputKind.DELTA``) goes straight to
-``on_token``. A cancel aborts the requests between steps. Generation and kernel timing never
-overlap: the loop calls ``generate`` for a whole turn, then evaluates.
+vLLM runs as it normally does: its engine core in a process of its own, torch.compile and CUDA
+graphs on (``--no-cuda-graphs`` turns both off). All prompts of a turn are added to the engine
+together so vLLM batches them; the engine is stepped here, and each step's new text
+(``RequestOutputKind.DELTA``) goes straight to ``on_token``; each finished answer goes to
+``on_done`` at once, so its candidate is built while the others still generate. A cancel aborts
+the requests between steps.
+
+The settings that shape the engine (``engine_fields``): the KV cache in fp8 by default (twice the
+sequences fit, and each decode step reads half the bytes of cache), weights in bf16 unless
+``--quantization fp8``, prefix caching on (the trajectories of a turn share the task prompt),
+optional n-gram speculative decoding, and at most as many sequences at once as there are
+trajectories. Once started, the engine's own KV cache size (``capacity``) says how many
+trajectories run without preemption; ``last_stats`` holds what the engine reported for the last
+``generate`` call (preemptions, prefix-cache hits, first-token latencies, speculative drafts).
 
 vLLM is imported only when this backend is built, so the rest of the tool works without it.
 
 ``KEVIN_VLLM_ENGINE_ARGS`` takes a JSON object of further ``vllm.EngineArgs`` fields, merged over
-the ones set here: ``{"enforce_eager": true}`` skips torch.compile and CUDA-graph capture (a
-faster start), ``{"attention_backend": "TRITON_ATTN"}`` picks the attention kernels,
-``{"quantization": "fp8"}`` shrinks the weights.
+the ones set here, e.g. ``{"attention_backend": "TRITON_ATTN"}``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config import RunConfig
 from ..errors import BackendError, EnvironmentUnavailable
+from ..gpus import Gpu, GpuPlan, check_engine_options, detect_gpus, plan_gpus
 from ..protocols import DoneCallback, Generation, TokenCallback
+from .capacity import PAPER_TRAJECTORIES
 from .streaming import OPEN_TAG, SerialCallback, ThinkSplitter
+from .vllm_stats import EngineStats, EngineStatsSink, KvCapacity, stat_logger_class
 
 ENGINE_ARGS_ENV = "KEVIN_VLLM_ENGINE_ARGS"
+
+#: Prompt lookup: draft up to 4 tokens that followed the last 2-4 generated tokens where they
+#: appeared before (in the prompt or the response).
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+
+#: Tokens per engine step: prefill chunks this large run at full matrix-unit speed on one GPU,
+#: and the activations vLLM reserves for them stay near 1.5 GiB for a 32B model.
+MAX_BATCHED_TOKENS = 8192
 
 INSTALL_HINT = (
     "pip install 'kevin-opt[vllm]' on a GPU machine, or use --backend openai --base-url "
@@ -64,10 +85,8 @@ def extra_engine_args() -> dict[str, Any]:
     return value
 
 
-def _require_gpu() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
+def _require_gpu(gpus: list[Gpu]) -> None:
+    if not gpus:
         raise EnvironmentUnavailable(
             "the vllm backend needs an NVIDIA GPU and none is visible to this process",
             "run on a GPU machine, or use --backend openai --base-url http://HOST:PORT/v1 to reach "
@@ -75,50 +94,98 @@ def _require_gpu() -> None:
         )
 
 
+def engine_fields(config: RunConfig, plan: GpuPlan) -> dict[str, Any]:
+    """The ``vllm.EngineArgs`` fields for ``config`` (before ``KEVIN_VLLM_ENGINE_ARGS``)."""
+    fields: dict[str, Any] = {
+        "model": config.model,
+        "dtype": "bfloat16",
+        "max_model_len": config.context_tokens,
+        "tensor_parallel_size": plan.tensor_parallel_size,
+        # The rest of the GPU's memory is left to kernel evaluation on the same GPU.
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "kv_cache_dtype": config.kv_cache_dtype,
+        "quantization": None if config.quantization == "none" else config.quantization,
+        "enable_prefix_caching": config.prefix_caching,
+        "enforce_eager": not config.cuda_graphs,
+        # One turn is one batch of trajectories; CUDA graphs are captured up to twice this.
+        "max_num_seqs": config.trajectories or PAPER_TRAJECTORIES,
+        "max_num_batched_tokens": MAX_BATCHED_TOKENS,
+        # Statistics reach this process through the stat logger given to the engine.
+        "disable_log_stats": False,
+    }
+    if config.speculative == "ngram":
+        fields["speculative_config"] = dict(NGRAM)
+    return fields
+
+
 class VLLMBackend:
-    """Generates with an in-process vLLM ``LLMEngine``."""
+    """Generates with a vLLM ``LLMEngine`` driven from this process."""
 
     name = "vllm"
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        gpus: list[Gpu] | None = None,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``sampling`` adds ``vllm.SamplingParams`` fields (``{"ignore_eos": True}`` makes every
+        response ``max_tokens`` long, as benchmarks want)."""
         # Read first, so a malformed setting is reported even where vLLM or the GPU is missing.
         extra = extra_engine_args()
         vllm = _import_vllm()
-        _require_gpu()
+        gpus = detect_gpus() if gpus is None else gpus
+        _require_gpu(gpus)
+        self.plan = plan_gpus(config, gpus)
+        check_engine_options(config, gpus, self.plan)
         from vllm.sampling_params import RequestOutputKind
 
         self.model = config.model
         self.max_model_len = config.context_tokens
         self.max_tokens = config.max_tokens
         self.temperature = config.temperature
+        # False gives each prompt of a batch its own prefix-cache salt: nothing is shared
+        # between them (what --no-prefix-caching costs, without restarting the engine).
+        self.prefix_sharing = True
         self._delta = RequestOutputKind.DELTA
         self._sampling_params = vllm.SamplingParams
-        fields: dict[str, Any] = {
-            "model": config.model,
-            "dtype": "bfloat16",
-            "max_model_len": config.context_tokens,
-            "tensor_parallel_size": config.tensor_parallel_size,
-            # The rest of the GPU's memory is left to kernel evaluation on the same GPU.
-            "gpu_memory_utilization": config.gpu_memory_utilization,
-            "disable_log_stats": True,
-        }
-        fields.update(extra)
+        self._sampling = dict(sampling or {})
+        self._stats = EngineStatsSink()
+        self.last_stats = EngineStats()
+        fields = {**engine_fields(config, self.plan), **extra}
         try:
             args = vllm.EngineArgs(**fields)
         except TypeError as exc:
             raise BackendError(f"vLLM rejected the engine arguments: {exc}",
                                f"check the field names in {ENGINE_ARGS_ENV}") from None
+        # vLLM's own periodic throughput lines would interleave with the tool's progress output.
+        logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.WARNING)
+        # The engine core's process is started from a process with threads (the TUI, the
+        # evaluator's pool): a fresh interpreter is safe where a fork of them may not be.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        started = time.monotonic()
         try:
-            self._engine = vllm.LLMEngine.from_engine_args(args)
+            self._engine = vllm.LLMEngine.from_engine_args(args, stat_loggers=[stat_logger_class(self._stats)])
         except Exception as exc:  # vLLM raises many kinds; the person needs one message
             raise BackendError(
                 f"vLLM could not start model {config.model!r}: {type(exc).__name__}: {exc}",
                 "check the model name or path, --tensor-parallel-size, and that the GPU has room "
                 f"(gpu_memory_utilization={config.gpu_memory_utilization}, context "
                 f"{config.context_tokens} tokens; lower KEVIN_GPU_MEMORY_UTILIZATION or "
-                "KEVIN_CONTEXT_TOKENS if it ran out of memory)",
+                "KEVIN_CONTEXT_TOKENS, or pass --quantization fp8, if it ran out of memory)",
             ) from exc
+        self.startup_s = time.monotonic() - started
+        cache = self._engine.vllm_config.cache_config
+        self.capacity = KvCapacity(blocks=cache.num_gpu_blocks or 0, block_size=cache.block_size,
+                                   context_tokens=config.context_tokens)
         self._tokenizer = self._load_tokenizer(config.model)
+
+    @property
+    def sequences_that_fit(self) -> int:
+        """Sequences of the full context the KV cache holds at once: trajectories beyond this
+        are preempted (and recomputed) when all of them grow long."""
+        return self.capacity.sequences
 
     # --- the Backend protocol -----------------------------------------------------------------
 
@@ -159,9 +226,14 @@ class VLLMBackend:
                 temperature=self.temperature,
                 max_tokens=min(self.max_tokens, room),
                 output_kind=self._delta,
+                **self._sampling,
             )
-            self._engine.add_request(ids[i], {"prompt_token_ids": token_ids}, params)
+            prompt: dict[str, Any] = {"prompt_token_ids": token_ids}
+            if not self.prefix_sharing:
+                prompt["cache_salt"] = ids[i]
+            self._engine.add_request(ids[i], prompt, params)
         index = {request_id: i for i, request_id in enumerate(ids)}
+        self._stats.take()
         cancelled = False
 
         def result(i: int) -> Generation:
@@ -197,6 +269,7 @@ class VLLMBackend:
                     # This answer is complete: its candidate is built while the rest generate.
                     on_done(i, result(i))
 
+        self.last_stats = self._stats.take()
         return [result(i) for i in range(len(prompts))]
 
     def count_tokens(self, text: str) -> int:
