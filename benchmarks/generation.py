@@ -192,8 +192,11 @@ def make_prompts(model_dir: Path, trajectories: int, turn1_tokens: int, turn8_to
 
 def gpu_memory() -> list[dict[str, int]]:
     """Used and free MiB per GPU, from nvidia-smi (no CUDA context in this process)."""
-    out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.free,memory.total",
-                          "--format=csv,noheader,nounits"], capture_output=True, text=True, check=False)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.free,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, check=False)
+    except OSError:
+        return []
     rows = []
     for line in out.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -438,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[dict[str, Any]] = []
     durations: list[float] = []
-    for name in names:
+    queue = list(names)
+    while queue:
+        name = queue.pop(0)
         left = args.deadline_s - (time.monotonic() - started)
         if CONFIGS[name][3] > len(gpus):
             results.append({"config": name, "skipped": f"needs {CONFIGS[name][3]} GPUs, {len(gpus)} visible"})
@@ -455,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{name}] {CONFIGS[name][0]}", flush=True)
         t0 = time.monotonic()
         with open(log_path, "a", encoding="utf-8") as log:
+            offset = log.tell()
             log.write(f"\n===== {name} =====\n")
             log.flush()
             cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--model-dir", str(model_dir),
@@ -477,9 +483,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['kv_sequences_at_context']:.2f} x 32K, turn 8 {result['turn8']['aggregate_tok_s']:.0f} tok/s, "
                   f"{result['turn8']['engine']['preemptions']} preemptions", flush=True)
         else:
-            tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+            with open(log_path, encoding="utf-8", errors="replace") as log:
+                log.seek(offset)
+                tail = log.read().splitlines()[-60:]
             results.append({"config": name, "error": f"exit {code} after {elapsed:.0f} s", "log_tail": tail})
             print(f"[{name}] FAILED (exit {code} after {elapsed:.0f} s); log tail:\n  " + "\n  ".join(tail), flush=True)
+            if not any("error" not in r and "skipped" not in r for r in results) and "eager" not in names:
+                # Nothing has run yet: the engine in this process without torch.compile and CUDA
+                # graphs (the setting that ran before) tells whether those are what failed.
+                names.append("eager")
+                queue.insert(0, "eager")
         wait_for_free_gpus()
         (args.out / "generation.json").write_text(json.dumps({"header": header, "results": results}, indent=2))
     text = table(results)

@@ -309,3 +309,19 @@ def test_engine_statistics_add_up_over_a_batch():
     assert summary["decode_tok_s_median"] == 50.0  # 100 tokens after the first in 2 s
     assert summary["prefix_cache_hit_rate"] == 896 / 1800
     assert sink.take().preemptions == 0, "take() starts the next batch afresh"
+
+
+def test_backend_refuses_fp8_weights_before_loading_anything(monkeypatch, tmp_path):
+    """With vllm importable, the refusal comes before any of vLLM is used (nor a model loaded)."""
+    from kevin_agent.backends.vllm import VLLMBackend
+
+    # A stand-in package on sys.path makes `import vllm` succeed; nothing of it is used before
+    # the check, which is the behaviour under test.
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("KEVIN_VLLM_ENGINE_ARGS", raising=False)
+    with pytest.raises(ConfigError, match="fp8 tensor cores"):
+        VLLMBackend(RunConfig(device="cuda", quantization="fp8"), gpus=parse_nvidia_smi(A100))
+    with pytest.raises(ConfigError, match="--eval-gpu 3"):
+        VLLMBackend(RunConfig(device="cuda", eval_gpu=3), gpus=h200s(2))
