@@ -200,8 +200,8 @@ def gpu_memory() -> list[dict[str, int]]:
     rows = []
     for line in out.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4 and parts[0].isdigit():
-            rows.append(dict(zip(("index", "used_mib", "free_mib", "total_mib"), map(int, parts))))
+        if len(parts) == 4 and all(part.isdigit() for part in parts):
+            rows.append(dict(zip(("index", "used_mib", "free_mib", "total_mib"), map(int, parts), strict=True)))
     return rows
 
 

@@ -49,7 +49,7 @@ def parse_nvidia_smi(text: str) -> list[Gpu]:
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4 or not parts[0].isdigit():
+        if len(parts) < 4 or not parts[0].isdigit() or not parts[3].replace(".", "", 1).isdigit():
             continue
         capability = None
         if len(parts) > 4 and "." in parts[4]:
