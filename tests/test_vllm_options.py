@@ -4,7 +4,8 @@ Kevin-32B's shape, where the model and the kernels go on the GPUs, and the refus
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+import sys
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -311,15 +312,13 @@ def test_engine_statistics_add_up_over_a_batch():
     assert sink.take().preemptions == 0, "take() starts the next batch afresh"
 
 
-def test_backend_refuses_fp8_weights_before_loading_anything(monkeypatch, tmp_path):
+def test_backend_refuses_fp8_weights_before_loading_anything(monkeypatch):
     """With vllm importable, the refusal comes before any of vLLM is used (nor a model loaded)."""
     from kevin_agent.backends.vllm import VLLMBackend
 
-    # A stand-in package on sys.path makes `import vllm` succeed; nothing of it is used before
-    # the check, which is the behaviour under test.
-    (tmp_path / "vllm").mkdir()
-    (tmp_path / "vllm" / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    # An empty stand-in module makes `import vllm` succeed (and is gone after the test); nothing
+    # of it is used before the check, which is the behaviour under test.
+    monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
     monkeypatch.delenv("KEVIN_VLLM_ENGINE_ARGS", raising=False)
     with pytest.raises(ConfigError, match="fp8 tensor cores"):
         VLLMBackend(RunConfig(device="cuda", quantization="fp8"), gpus=parse_nvidia_smi(A100))
