@@ -22,7 +22,7 @@ from kevin_agent.backends.capacity import (
 from kevin_agent.backends.vllm import MAX_BATCHED_TOKENS, NGRAM, engine_fields
 from kevin_agent.backends.vllm_stats import EngineStatsSink, KvCapacity
 from kevin_agent.config import RunConfig
-from kevin_agent.errors import ConfigError
+from kevin_agent.errors import BackendError, ConfigError
 from kevin_agent.gpus import (
     Gpu,
     check_engine_options,
@@ -326,3 +326,28 @@ def test_backend_refuses_fp8_weights_before_loading_anything(monkeypatch):
         VLLMBackend(RunConfig(device="cuda", quantization="fp8"), gpus=parse_nvidia_smi(A100))
     with pytest.raises(ConfigError, match="--eval-gpu 3"):
         VLLMBackend(RunConfig(device="cuda", eval_gpu=3), gpus=h200s(2))
+
+
+def test_a_package_vllm_imports_but_lacks_is_named(monkeypatch, tmp_path):
+    """vLLM 0.22.0 imports a package it does not ship (humming) to resolve --quantization: the
+    refusal names the package and the option instead of blaming the model or the memory."""
+    from kevin_agent.backends.vllm import VLLMBackend
+
+    pkg = tmp_path / "vllm"
+    (pkg / "v1" / "metrics").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "class EngineArgs:\n    def __init__(self, **fields):\n        self.fields = fields\n"
+        "class SamplingParams: pass\n"
+        "class LLMEngine:\n    @classmethod\n    def from_engine_args(cls, args, stat_loggers=()):\n"
+        "        raise ModuleNotFoundError(\"No module named 'humming'\", name='humming')\n")
+    (pkg / "sampling_params.py").write_text("import enum\nclass RequestOutputKind(enum.Enum):\n    DELTA = 1\n")
+    (pkg / "v1" / "__init__.py").write_text("")
+    (pkg / "v1" / "metrics" / "__init__.py").write_text("")
+    (pkg / "v1" / "metrics" / "loggers.py").write_text("class StatLoggerBase: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delenv("KEVIN_VLLM_ENGINE_ARGS", raising=False)
+    with pytest.raises(BackendError, match="its Python package 'humming' is missing") as info:
+        VLLMBackend(RunConfig(device="cuda", quantization="fp8"), gpus=h200s(1))
+    assert "--quantization" in info.value.hint and info.value.exit_code == 3

@@ -167,6 +167,14 @@ class VLLMBackend:
         started = time.monotonic()
         try:
             self._engine = vllm.LLMEngine.from_engine_args(args, stat_loggers=[stat_logger_class(self._stats)])
+        except ModuleNotFoundError as exc:
+            # vLLM imports every quantization method's module to resolve one; 0.22.0 imports a
+            # package (humming) that neither it nor PyPI provides, so --quantization fails there.
+            raise BackendError(
+                f"vLLM could not start model {config.model!r}: its Python package {exc.name!r} is missing",
+                f"install {exc.name!r} beside vLLM, or run without --quantization "
+                f"(now {config.quantization!r}) if that is what pulls it in",
+            ) from exc
         except Exception as exc:  # vLLM raises many kinds; the person needs one message
             raise BackendError(
                 f"vLLM could not start model {config.model!r}: {type(exc).__name__}: {exc}",
