@@ -99,6 +99,8 @@ class EvalSettings(EvalOptions):
     """``EvalOptions`` resolved for one device: what an evaluator and its workers get."""
 
     device: Literal["cpu", "cuda"]
+    visible_devices: str | None = None
+    """CUDA_VISIBLE_DEVICES for the workers: the GPU the kernels run on, alone (None: as inherited)."""
     warmup_runs: int = Field(None, ge=0, validate_default=False)  # type: ignore[assignment]
     timed_runs: int = Field(None, ge=1, validate_default=False)  # type: ignore[assignment]
     compare_compile: bool = Field(None, validate_default=False)  # type: ignore[assignment]

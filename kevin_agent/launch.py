@@ -14,7 +14,7 @@ from . import __version__
 from .config import RunConfig, load_config
 from .errors import ConfigError, TaskError
 from .events import Notice
-from .gpus import detect_gpus, plan_gpus
+from .gpus import detect_gpus, eval_worker_env, plan_gpus
 from .loop import Engine
 from .protocols import EventSink
 from .registry import Registry, build_registry
@@ -43,10 +43,22 @@ def make_search(config: RunConfig):
     return IndependentSearch()
 
 
-def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, *, skip: int = 0, on_probed=None):
+def _placement(config: RunConfig):
+    """Where the kernels run and whether their timing may overlap generation; an impossible
+    --eval-gpu is refused here, before anything starts."""
+    gpus = detect_gpus() if config.device == "cuda" else []
+    plan = plan_gpus(config, gpus)
+    settings = config.eval_settings()
+    if config.device == "cuda" and gpus:
+        settings = settings.model_copy(update={"visible_devices": eval_worker_env(plan, gpus)["CUDA_VISIBLE_DEVICES"]})
+    return settings, plan.overlaps
+
+
+def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settings, *, skip: int = 0,
+                       on_probed=None):
     """Evaluator first (the task is probed, cheap and the usual source of mistakes), then the
     backend (which may load a 32B model); nothing is left running if either fails."""
-    evaluator = registry.make_evaluator(task, config.eval_settings())
+    evaluator = registry.make_evaluator(task, settings)
     try:
         task.probe = evaluator.probe()
         if on_probed is not None:
@@ -65,8 +77,8 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         registry.device_factory(config.device)
     task = load_task(task_file, config.class_name)
     config = config.model_copy(update={"device": resolve_device(config)})
-    plan_gpus(config, detect_gpus())  # refuse an impossible --eval-gpu before anything starts
-    evaluator, backend = _probe_and_connect(registry, task, config)
+    settings, overlaps = _placement(config)
+    evaluator, backend = _probe_and_connect(registry, task, config, settings)
     config, note = _settle_trajectories(config, backend)
     root = config.run_dir or default_runs_root(task.path.parent)
     info = RunInfo(
@@ -85,7 +97,8 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check, search=make_search(config), start_note=note)
+                  check=registry.check, search=make_search(config), start_note=note,
+                  overlap_generation=overlaps)
 
 
 def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
@@ -127,7 +140,8 @@ def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, o
             sink.emit(Notice(level="warning", message=f"this run started on {info.device_name} and resumes "
                                                        f"on {evaluator.device_name}; speedups are not comparable"))
 
-    evaluator, backend = _probe_and_connect(registry, task, config, skip=len(store.all_records()),
+    settings, overlaps = _placement(config)
+    evaluator, backend = _probe_and_connect(registry, task, config, settings, skip=len(store.all_records()),
                                             on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check, search=make_search(config))
+                  check=registry.check, search=make_search(config), overlap_generation=overlaps)

@@ -17,6 +17,7 @@ generation is aborted, every worker is killed, and turns in flight are not recor
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import time
@@ -63,11 +64,15 @@ class Engine:
         sink: EventSink,
         check: CheckFn,
         search: Search | None = None,
+        overlap_generation: bool = False,
         start_note: str = "",
     ) -> None:
         self.task, self.config, self.backend, self.evaluator = task, config, backend, evaluator
         self.store, self.sink, self.check = store, sink, check
         self.search = search or IndependentSearch()
+        # True when the model generates elsewhere than the kernels are timed (another GPU, a
+        # server, a script): timing need not wait for generation.
+        self.overlap_generation = overlap_generation
         self.start_note = start_note
         self.records: list[TurnRecord] = store.records()
         self._stop = threading.Event()
@@ -215,7 +220,7 @@ class Engine:
         if not self._abort.is_set():
             self._cancel.clear()
         extra = {"on_done": on_done} if self._reports_done else {}
-        with self.evaluator.device_busy():
+        with contextlib.nullcontext() if self.overlap_generation else self.evaluator.device_busy():
             self._generating.set()
             try:
                 gens = self.backend.generate([p.text for p in prompts], on_token=on_token, cancel=self._cancel,

@@ -87,6 +87,9 @@ class LocalEvaluator:
         if build_folder is not None:
             extra["TORCH_EXTENSIONS_DIR"] = str(build_folder)
         extra.update(cache.toolchain_env(self.device))
+        if self.settings.visible_devices is not None:
+            # The GPU placement chose the kernels' GPU: the worker's cuda:0 is that one.
+            extra["CUDA_VISIBLE_DEVICES"] = self.settings.visible_devices
         return scrubbed_env(extra)
 
     def _job(self, mode: str, candidate: Path | None = None) -> dict:
