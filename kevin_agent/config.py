@@ -77,12 +77,22 @@ class EvalOptions(BaseModel):
     compile_timeout_s: float = Field(600.0, gt=0)
     """Wall-clock limit for building one candidate, in seconds."""
     run_timeout_s: float = Field(300.0, gt=0)
-    """Wall-clock limit for checking and timing one candidate (and for probing the task), in seconds."""
+    """Wall-clock limit for checking and timing one candidate (and for probing the task), in seconds;
+    also the cap of every stage's own limit."""
+    stage_floor_s: float = Field(10.0, gt=0)
+    """Shortest time limit of a candidate's load, correctness and timing stages, in seconds: covers
+    the harness's own work and a first kernel call that loads its module."""
+    stage_time_factor: float = Field(50.0, gt=0)
+    """On top of the floor, a stage may take this many times what the reference's own calls in that
+    stage take, so a kernel that hangs costs seconds, not run_timeout_s."""
     parallel_compiles: int = Field(default_factory=default_parallel_compiles, ge=1)
     """Candidates built at once (default: as many as the cores and memory allow)."""
     fast_build: bool = True
     """Build with a precompiled bindings header and light CUDA headers, and plainly whenever
     that fails (see docs/evaluation.md)."""
+    eval_workers: int | None = Field(None, ge=1)
+    """Worker processes started ahead of need (torch imported, task and reference data loaded), each
+    used for one candidate only (default: by CPU cores, at most 4, and on cuda by free GPU memory)."""
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     """Build cache: one folder per candidate source and toolchain (KEVIN_CACHE_DIR)."""
     cpu_threads: int | None = Field(1, ge=1)

@@ -70,6 +70,10 @@ StageCallback = Callable[[int, Stage], None]
 #: Called with the stage one candidate's evaluation entered.
 CandidateStageCallback = Callable[[Stage], None]
 
+#: Called with what one candidate's worker printed since the last call (the compiler's log
+#: while it builds), as it comes.
+OutputCallback = Callable[[str], None]
+
 
 @runtime_checkable
 class Evaluator(Protocol):
@@ -78,15 +82,18 @@ class Evaluator(Protocol):
     device: str
     device_name: str
 
-    def submit(self, source: str, *, on_stage: CandidateStageCallback | None = None) -> Future[EvalResult]:
-        """Start evaluating one candidate now: its build (CPU work) begins at once, its device
-        stages wait while ``device_busy`` is held. The future always resolves to an
-        ``EvalResult``, never to an exception, for anything the candidate does."""
+    def submit(self, source: str, *, on_stage: CandidateStageCallback | None = None,
+               on_output: OutputCallback | None = None) -> Future[EvalResult]:
+        """Start evaluating one candidate now: its build (CPU work) begins at once, its timing
+        waits while ``device_busy`` is held. The future always resolves to an ``EvalResult``,
+        never to an exception, for anything the candidate does; ``EvalResult.stage_s`` says
+        where its time went."""
         ...
 
     def device_busy(self) -> AbstractContextManager[None]:
-        """Held while the model generates on the evaluation device: no candidate's device stages
-        (correctness, timing) start until it is released, so timings never overlap generation."""
+        """Held while the model generates on the evaluation device: no candidate's timing starts
+        until it is released, so timings never overlap generation (builds and correctness
+        checks go on). Never raises, also after ``abort``."""
         ...
 
     def evaluate(

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from .formatting import fmt_tolerance
 from .lineage import outcome, path_to, tree_lines
-from .results import EvalResult, RunInfo, Status, TimingStats, TurnRecord, best_record
+from .results import EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord, best_record
 
 REPORT_FORMAT = 2
 """Version of the JSON report layout; bumped when a field changes meaning (2: cuda times are GPU
@@ -83,6 +83,15 @@ def _correctness(ev: EvalResult) -> dict:
     }
 
 
+def stage_totals(records: Sequence[TurnRecord]) -> dict | None:
+    """Seconds of evaluation per stage, summed over the turns that recorded them (None: none did)."""
+    timed = [r.eval.stage_s for r in records if r.eval is not None and r.eval.stage_s is not None]
+    if not timed:
+        return None
+    totals = {name: round(sum(getattr(t, name) for t in timed), 3) for name in StageTimes.model_fields}
+    return {**totals, "evaluations": len(timed)}
+
+
 def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
     """What goes into ``<stem>_kevin_report.json``."""
     best = best_record(records)
@@ -133,6 +142,7 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
             for r in records if r.eval is not None for flag in r.eval.flags
         ],
         "records": [_turn_data(r) for r in sorted(records, key=lambda r: (r.trajectory, r.turn))],
+        "stage_totals_s": stage_totals(records),
         "commit": info.commit,
     }
 
@@ -292,6 +302,16 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
     lines.append("")
     if chart_name:
         lines += [f"![speedup over turns]({chart_name})", ""]
+
+    totals = stage_totals(records)
+    if totals is not None:
+        names = list(StageTimes.model_fields)
+        lines += ["## Evaluation time", "",
+                  f"Seconds spent per stage, summed over {totals['evaluations']} evaluations (queue: waiting "
+                  "for a build slot, a worker or the device).", "",
+                  "| " + " | ".join(names) + " | total |", "|" + " ---: |" * (len(names) + 1),
+                  "| " + " | ".join(f"{totals[n]:.1f}" for n in names) + f" | {sum(totals[n] for n in names):.1f} |",
+                  ""]
 
     flagged = [(r, f) for r in records if r.eval is not None for f in r.eval.flags]
     lines += ["## Flags", ""]

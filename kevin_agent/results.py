@@ -117,6 +117,29 @@ class RuntimeFloor(BaseModel):
     flop_rate_tflop_s: float | None = None
     floor_ms: float
     """max(bytes / bandwidth, flops / FLOP rate), with the headroom of ``evaluate/plausibility.py``."""
+class StageTimes(BaseModel):
+    """Where one evaluation's wall time went, in seconds; the fields add up to ``wall_s``."""
+
+    queue: float = 0.0
+    """Waiting: for a build slot, a worker, the device (another candidate's timing, the model's
+    generation on the evaluation GPU)."""
+    compile: float = 0.0
+    """Building the candidate (a cache hit costs only the look-up)."""
+    load: float = 0.0
+    """Importing the candidate into its worker and building ``ModelNew``."""
+    correctness: float = 0.0
+    """The correctness trials and the operator audit."""
+    timing: float = 0.0
+    """Timing the candidate and the eager reference, and the re-check after timing."""
+
+    @property
+    def total(self) -> float:
+        return self.queue + self.compile + self.load + self.correctness + self.timing
+
+    @property
+    def device(self) -> float:
+        """Seconds the candidate's worker used the device (load, correctness, timing)."""
+        return self.load + self.correctness + self.timing
 
 
 class EvalResult(BaseModel):
@@ -164,6 +187,9 @@ class EvalResult(BaseModel):
     device: str = "cpu"
     device_name: str = ""
     wall_s: float | None = None
+    """From submission to result."""
+    stage_s: StageTimes | None = None
+    """``wall_s`` split by stage (None in records written before it existed)."""
 
 
 class TurnRecord(BaseModel):

@@ -6,6 +6,7 @@ once per test session into one cache folder and every test reads the same result
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -76,12 +77,18 @@ def cpu_evaluator(scale_task, cpu_settings) -> LocalEvaluator:
 
 @pytest.fixture(scope="session")
 def cpp_batch(cpu_evaluator):
-    """compile error, segfault, honest, honest again: one call, three real compiles in parallel."""
+    """compile error, segfault, honest, honest again: submitted together, three real compiles in
+    parallel; the stages and the output each candidate reported, with the time they came."""
     names = ["compile_error", "segfault_cpp", "honest_cpp", "honest_cpp"]
     stages: list[tuple[int, str]] = []
-    results = cpu_evaluator.evaluate([runtime_source(n) for n in names],
-                                     on_stage=lambda i, s: stages.append((i, s.value)))
-    return dict(zip(["compile_error", "segfault_cpp", "honest_cpp", "honest_cpp_again"], results)), stages
+    output: list[tuple[float, int, str]] = []
+    submitted = time.monotonic()
+    futures = [cpu_evaluator.submit(runtime_source(n), on_stage=lambda s, i=i: stages.append((i, s.value)),
+                                    on_output=lambda text, i=i: output.append((time.monotonic(), i, text)))
+               for i, n in enumerate(names)]
+    results = [f.result(timeout=900) for f in futures]
+    return (dict(zip(["compile_error", "segfault_cpp", "honest_cpp", "honest_cpp_again"], results)), stages,
+            (submitted, output))
 
 
 RUNTIME_CHEATS = ["wrong_values", "never_written", "modifies_input", "cached_output", "returns_input",
@@ -96,4 +103,5 @@ def python_batch(cpu_evaluator, scale_task, cpu_settings):
     results = dict(zip(RUNTIME_CHEATS, cpu_evaluator.evaluate([runtime_source(n) for n in RUNTIME_CHEATS])))
     no_audit = LocalEvaluator(scale_task, cpu_settings.model_copy(update={"op_audit": False}))
     (results["honest_python"],) = no_audit.evaluate([runtime_source("honest_python")])
+    no_audit.close()
     return results

@@ -123,7 +123,7 @@ def test_the_tool_process_imports_neither_torch_nor_the_candidate(tmp_path):
 # --- real C++ builds ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_honest_cpp_kernel_is_correct_and_timed(cpp_batch):
-    results, stages = cpp_batch
+    results, stages, _ = cpp_batch
     res = results["honest_cpp"]
     assert res.status is Status.CORRECT and res.correct and res.stage is Stage.DONE, res.error
     assert (res.trials, res.trials_passed) == (5, 5)
@@ -139,6 +139,17 @@ def test_honest_cpp_kernel_is_correct_and_timed(cpp_batch):
 
 
 @pytest.mark.slow
+def test_compiler_output_arrives_while_the_build_runs(cpp_batch):
+    results, _, (submitted, output) = cpp_batch
+    res = results["compile_error"]
+    mine = [(t, text) for t, i, text in output if i == 0]
+    assert mine and "".join(text for _, text in mine).strip() in res.compile_log
+    # The first lines (the build's own announcement) come long before the compiler gives up.
+    assert mine[0][0] - submitted < res.compile_s - 5, (mine[0][0] - submitted, res.compile_s)
+    assert "cannot convert" in "".join(text for _, text in mine)
+
+
+@pytest.mark.slow
 def test_compile_error_carries_the_gcc_message(cpp_batch):
     res = cpp_batch[0]["compile_error"]
     assert res.status is Status.COMPILE_ERROR and res.stage is Stage.COMPILE
@@ -149,7 +160,7 @@ def test_compile_error_carries_the_gcc_message(cpp_batch):
 
 @pytest.mark.slow
 def test_segfault_costs_only_that_candidate(cpp_batch):
-    results, _ = cpp_batch
+    results, _, _ = cpp_batch
     res = results["segfault_cpp"]
     assert res.status is Status.RUNTIME_ERROR and res.stage is Stage.CORRECTNESS
     assert "SIGSEGV" in res.error
@@ -264,8 +275,10 @@ def test_hang_times_out_kills_the_group_and_the_next_candidate_runs(tmp_path, sc
     evaluator = LocalEvaluator(scale_task, settings)
     hang, at_import, honest = evaluator.evaluate(
         [HANG.format(pidfile=str(pidfile)), HANG_AT_IMPORT, runtime_source("honest_python")])
+    evaluator.close()
     assert hang.status is Status.TIMEOUT and hang.stage is Stage.CORRECTNESS
-    assert "30 s" in hang.error and "run_timeout_s" in hang.error
+    assert "timed out after" in hang.error and "stage_floor_s 10 s" in hang.error
+    assert 10 <= hang.stage_s.correctness < 20
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:

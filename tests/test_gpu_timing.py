@@ -38,7 +38,8 @@ def timed(add_task, tricks_dir):
     results = dict(zip([t.name for t in CANDIDATES], evaluator.evaluate([source(t, tricks_dir) for t in CANDIDATES])))
     for trick in CANDIDATES:
         report_row("timing", trick.name, results[trick.name])
-    return results
+    yield results
+    evaluator.close()
 
 
 def test_reported_time_is_the_stream_time_of_a_plain_measurement(timed, add_task, tricks_dir, tmp_path):

@@ -170,3 +170,22 @@ def test_kernel_module_header_survives_quotes_in_names(tmp_path):
     text = render_kernel_module(task, correct(0, 1, 1.2, code=PURE_CANDIDATE), info)
     compile(text, "m.py", "exec")
     assert text.startswith('"""')
+
+
+def test_stage_totals_sum_the_recorded_stage_times(tmp_path):
+    from kevin_agent.results import StageTimes
+
+    records = sample_records()
+    assert build_report_data(run_info(write_task(tmp_path)), records)["stage_totals_s"] is None
+    assert "## Evaluation time" not in render_markdown(run_info(write_task(tmp_path)), records)
+    times = [StageTimes(queue=1.0, compile=30.0, load=0.1, correctness=0.4, timing=0.5),
+             StageTimes(queue=2.0, compile=0.0, load=0.2, correctness=0.6, timing=1.5)]
+    for rec, t in zip((records[0], records[2]), times):
+        rec.eval.stage_s = t
+    data = build_report_data(run_info(write_task(tmp_path)), records)
+    assert data["stage_totals_s"] == {"queue": 3.0, "compile": 30.0, "load": 0.3, "correctness": 1.0,
+                                      "timing": 2.0, "evaluations": 2}
+    md = render_markdown(run_info(write_task(tmp_path)), records)
+    assert "summed over 2 evaluations" in md
+    assert "| queue | compile | load | correctness | timing | total |" in md
+    assert "| 3.0 | 30.0 | 0.3 | 1.0 | 2.0 | 36.3 |" in md

@@ -1,55 +1,45 @@
-"""``LocalEvaluator``: compile candidates in parallel, then check and time them one at a time.
+"""``LocalEvaluator``: each candidate is built as soon as it is submitted, then checked and timed
+in a worker of its own that was started before it was needed.
 
-Phase 1 builds every candidate of a call in its own worker, ``parallel_compiles`` at once,
-through the build cache (an identical source builds once). Phase 2 runs one worker per built
-candidate, sequentially and holding a lock on the device, so timings never overlap.
+``probe`` builds the task and makes (or finds) the task's reference data (``reference``):
+inputs, the reference's answers and timings, once per task and settings. ``submit`` starts a
+candidate's pipeline on a thread of its own: a build slot (``parallel_compiles`` at once,
+through the build cache, an identical source building once), then a ready worker from the
+warm pool (``warm``) that loads it, checks it while sharing the device with other checks, and
+times it with the device to itself (``gate``). ``device_busy`` holds every timing back while
+the model generates on the evaluation device. Each stage of a worker has its own time limit,
+derived from the reference's time (``reference.stage_limit``); every wait and every stage is
+clocked into the result's ``stage_s``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import subprocess
+import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from ..config import EvalSettings
 from ..errors import EnvironmentUnavailable, TaskError
-from ..protocols import StageCallback
+from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
 from ..results import EvalResult, Stage, Status
 from ..task import Task, TaskProbe
-from . import cache
+from . import cache, reference
+from .gate import DeviceGate, GaveUp, Holding
+from .jobs import Assignment
 from .logs import tail, trim_compile_error
-from .pool import WorkerRun, kill_all_workers, run_worker, scrubbed_env
+from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
+from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
+from .warm import WarmPool, WorkerFailed
 
-
-def detect_device() -> Literal["cuda", "cpu"]:
-    """cuda when torch was built with CUDA and ``nvidia-smi`` lists a GPU; no CUDA context is made."""
-    if not cache.torch_cuda_version():
-        return "cpu"
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return "cpu"
-    return "cuda" if out.returncode == 0 and "GPU" in out.stdout else "cpu"
-
-
-def host_device_name(device: str) -> str:
-    """The device's name without starting a worker (the probe refines it)."""
-    if device == "cuda":
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30, check=False)
-            return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return cache.cpu_name()
+INTERRUPTED = "the run was interrupted"
 
 
 @dataclass
@@ -72,12 +62,27 @@ class LocalEvaluator:
         self.device = settings.device
         self.device_name = host_device_name(self.device)
         self._worker_versions: dict[str, str] = {}
-        self._lock = threading.Lock()
         self._aborted = threading.Event()
-        self._device_free = threading.Event()
-        self._device_free.set()
-        self._builds = ThreadPoolExecutor(max_workers=settings.parallel_compiles, thread_name_prefix="kevin-eval")
         self.settings.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="kevin-eval-"))
+        """Every worker's folder lives under here, and goes when the worker does."""
+        self.gate = DeviceGate(self.settings.cache_dir / f".{self.device}.lock")
+        self._build_slots = threading.BoundedSemaphore(settings.parallel_compiles)
+        self._builds: dict[str, Future[_Build]] = {}
+        self._builds_lock = threading.Lock()
+        self._workers = WorkerSet()
+        self._threads: set[threading.Thread] = set()
+        self.reference: reference.ReferenceData | None = None
+        """The task's reference data (after ``probe``)."""
+        self._probe_lock = threading.Lock()
+        workers = settings.eval_workers or default_eval_workers(self.device)
+        self._run_slots = threading.BoundedSemaphore(workers)
+        self.pool = WarmPool(self._start_run_worker, size=workers, gate=self.gate, give_up=self._aborted.is_set,
+                             prep_limit=Limit(settings.run_timeout_s, f"run_timeout_s = {settings.run_timeout_s:g} s"),
+                             registry=self._workers, room=self._gpu_room)
+        self._room_checked = (0.0, True)
+        # Waiting workers exit when their pipe closes; this stops them sooner, and at exit.
+        self._finalizer = weakref.finalize(self, _close_quietly, self.pool, self.scratch)
 
     # --- environment ---------------------------------------------------------------------
     def _env(self, build_folder: Path | None) -> dict[str, str]:
@@ -94,16 +99,53 @@ class LocalEvaluator:
 
     def _job(self, mode: str, candidate: Path | None = None) -> dict:
         return dict(mode=mode, settings=self.settings, task_path=str(self.task.path),
-                    class_name=self.task.class_name, candidate_path=str(candidate or ""))
+                    class_name=self.task.class_name, candidate_path=str(candidate or ""),
+                    reference_dir=str(self._reference_dir()))
+
+    def _reference_dir(self) -> Path:
+        key = reference.reference_key(self.task, self.settings, host_device_name(self.device))
+        return self.settings.cache_dir / "reference" / key
+
+    def _start_run_worker(self) -> WorkerProcess:
+        folder = self.scratch / "extensions"  # a build a candidate would start goes nowhere shared
+        return WorkerProcess(self._job("run"), env=self._env(folder), root=self.scratch)
+
+    def _gpu_room(self) -> bool:
+        """Whether the evaluation GPU has room for another worker (asked at most every 2 s)."""
+        if self.device != "cuda":
+            return True
+        checked_at, room = self._room_checked
+        if time.monotonic() - checked_at > 2.0:
+            ref = self.reference
+            data = max((s.nbytes for s in ref.sets), default=0) + ref.output_bytes // max(len(ref.sets), 1) if ref else 0
+            free = gpu_free_bytes()
+            room = free is None or free > (1 << 30) + 10 * data
+            self._room_checked = (time.monotonic(), room)
+        return room
 
     # --- probe ---------------------------------------------------------------------------
     def probe(self) -> TaskProbe:
-        """Build the task once in a worker; raise TaskError / EnvironmentUnavailable if it can't."""
+        """Build the task once in a worker and make (or find) its reference data; raise
+        TaskError / EnvironmentUnavailable if it can't. Workers start getting ready after it."""
         if self.device == "cuda" and detect_device() != "cuda":
             raise EnvironmentUnavailable("the cuda device was asked for but no NVIDIA GPU is visible",
                                          hint="run on a machine with a GPU, or pass --device cpu")
-        with tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
-            run = run_worker(self._job("probe"), env=self._env(Path(tmp)), timeout_s=self.settings.run_timeout_s)
+        folder = self._reference_dir()
+        holding = Holding(self.gate, self._aborted.is_set)
+
+        def answer(what: str) -> dict:
+            if what == "timing":
+                holding.take()
+            return {}
+
+        # One maker per task and settings: a second evaluator waits, then finds the data made.
+        with reference.locked(folder), tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
+            try:
+                holding.share()
+                run = run_worker(self._job("probe"), env=self._env(Path(tmp)), timeout_s=self.settings.run_timeout_s,
+                                 answer=answer, root=self.scratch, registry=self._workers)
+            finally:
+                holding.release()
         reply = run.reply
         where = str(self.task.path)
         if reply is None:
@@ -115,16 +157,27 @@ class LocalEvaluator:
         if not reply.ok or reply.probe is None:
             raise TaskError(f"{where}: {reply.error}", hint="fix the task file so that "
                             f"{self.task.class_name}(*get_init_inputs())(*get_inputs()) runs")
+        made = reference.read(folder)
+        if made is None:
+            raise TaskError(f"{where}: the reference data was not made\n{tail(run.log, 10)}",
+                            hint="run the file's get_inputs() and Model by hand")
         self.device_name = reply.device_name or self.device_name
         self._worker_versions = reply.versions
         self.task.probe = reply.probe
+        self.reference = made
+        self.pool.open()
         return reply.probe
+
+    def _ensure_probed(self) -> None:
+        with self._probe_lock:
+            if self.reference is None:
+                self.probe()
 
     def versions(self) -> dict[str, str]:
         return {**cache.toolchain(self.device), **self._worker_versions}
 
-    # --- phase 1 -------------------------------------------------------------------------
-    def _build(self, source: str) -> _Build:
+    # --- building --------------------------------------------------------------------------
+    def _build(self, source: str, on_output: OutputCallback | None = None) -> _Build:
         key = cache.build_key(source, self.device, self.settings.fast_build)
         folder = self.settings.cache_dir / key
         folder.mkdir(parents=True, exist_ok=True)
@@ -134,7 +187,8 @@ class LocalEvaluator:
         candidate.write_text(source, encoding="utf-8")
         cache.clear_locks(folder)
         run = run_worker(self._job("compile", candidate), env=self._env(folder),
-                         timeout_s=self.settings.compile_timeout_s)
+                         timeout_s=self.settings.compile_timeout_s, on_output=on_output, root=self.scratch,
+                         registry=self._workers, hold=self.gate.pausable)
         log = run.log[-200_000:]
         if run.timed_out:
             cache.clear_locks(folder)
@@ -152,14 +206,89 @@ class LocalEvaluator:
         cache.mark_built(folder, run.wall_s)
         return _Build(ok=True, folder=folder, compile_s=run.wall_s, log=log)
 
-    # --- phase 2 -------------------------------------------------------------------------
-    def _run(self, build: _Build, on_stage) -> EvalResult:
-        s = self.settings
-        lock_path = s.cache_dir / f".{self.device}.lock"
-        with self._lock, open(lock_path, "w") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
-            run = run_worker(self._job("run", build.folder / "candidate.py"), env=self._env(build.folder),
-                             timeout_s=s.run_timeout_s, on_stage=on_stage)
+    def _built(self, source: str, clock: StageClock, on_output: OutputCallback | None) -> _Build:
+        """The candidate's build; a source already being built by another submission waits for it."""
+        key = cache.build_key(source, self.device, self.settings.fast_build)
+        with self._builds_lock:
+            pending = self._builds.get(key)
+            if pending is None:
+                pending = self._builds[key] = Future()
+                owner = True
+            else:
+                owner = False
+        if not owner:
+            return self._wait(pending)
+        try:
+            self._acquire(self._build_slots)
+            try:
+                clock.switch("compile")
+                build = self._build(source, on_output)
+            finally:
+                self._build_slots.release()
+            pending.set_result(build)
+            return build
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        finally:
+            with self._builds_lock:
+                self._builds.pop(key, None)
+
+    def _acquire(self, semaphore: threading.Semaphore) -> None:
+        while not semaphore.acquire(timeout=0.1):
+            if self._aborted.is_set():
+                raise GaveUp()
+
+    def _wait(self, future: Future):
+        while True:
+            try:
+                return future.result(timeout=0.1)
+            except FutureTimeout:
+                if self._aborted.is_set():
+                    raise GaveUp() from None
+
+    # --- running ---------------------------------------------------------------------------
+    def _limit(self, phase: str) -> Limit:
+        return reference.stage_limit(phase, self.settings, self.reference)
+
+    def _run(self, build: _Build, clock: StageClock, on_stage: CandidateStageCallback | None,
+             on_output: OutputCallback | None) -> EvalResult:
+        worker: WorkerProcess | None = None
+        holding = Holding(self.gate, lambda: self._aborted.is_set() or (worker is not None and not worker.alive()))
+        try:
+            self._acquire(self._run_slots)
+        except GaveUp:
+            self.pool.expect(-1)
+            raise
+        try:
+            try:
+                worker = self.pool.take()
+            except BaseException:
+                self.pool.expect(-1)
+                raise
+            holding.share()
+            clock.switch("load")
+            worker.send(Assignment(candidate_path=str(build.folder / "candidate.py"),
+                                   build_dir=str(build.folder)).model_dump())
+
+            def answer(what: str) -> dict:
+                if what == "timing":
+                    try:
+                        holding.take()
+                    except GaveUp:
+                        if self._aborted.is_set():
+                            raise
+                return {}  # a worker that died meanwhile is seen to end by the follow loop
+
+            exceeded = worker.follow(limit=self._limit, answer=answer, on_stage=on_stage, on_output=on_output,
+                                     clock=clock, phase="load")
+            run = worker.result(exceeded)
+        finally:
+            holding.release()
+            if worker is not None:
+                worker.remove()
+                self._workers.discard(worker)
+            self._run_slots.release()
         if run.reply is None:
             cache.clear_locks(build.folder)
         return self._from_run(run)
@@ -167,88 +296,106 @@ class LocalEvaluator:
     def _from_run(self, run: WorkerRun) -> EvalResult:
         stage = run.stage or Stage.LOAD
         if run.timed_out:
-            return EvalResult(status=Status.TIMEOUT, stage=stage, wall_s=run.wall_s,
-                              error=f"timed out after {self.settings.run_timeout_s:g} s during "
-                              f"{stage.value} (run_timeout_s); the worker and its children were killed")
+            limit = run.limit or self._limit(stage.value)
+            return EvalResult(status=Status.TIMEOUT, stage=stage,
+                              error=f"timed out after {limit.seconds:.3g} s during {stage.value}, the stage's "
+                              f"limit ({limit.how}); the worker and its children were killed")
+        if self._aborted.is_set():
+            return _interrupted(stage)
         if run.reply is None or run.reply.eval is None:
             detail = run.reply.error if run.reply is not None else f"{run.died()} during {stage.value}"
-            return EvalResult(status=Status.RUNTIME_ERROR, stage=stage, wall_s=run.wall_s,
-                              error=f"{detail}\n{tail(run.log)}".strip())
-        return run.reply.eval.model_copy(update={"wall_s": run.wall_s})
+            return EvalResult(status=Status.RUNTIME_ERROR, stage=stage, error=f"{detail}\n{tail(run.log)}".strip())
+        return run.reply.eval
+
+    # --- the Evaluator protocol ----------------------------------------------------------
+    def submit(self, source: str, *, on_stage: CandidateStageCallback | None = None,
+               on_output: OutputCallback | None = None) -> Future[EvalResult]:
+        """Start evaluating one candidate now; the future always resolves to an ``EvalResult``."""
+        future: Future[EvalResult] = Future()
+        future.set_running_or_notify_cancel()
+        clock = StageClock()
+        self.pool.expect(1)
+        thread = threading.Thread(target=self._pipeline, args=(source, future, clock, on_stage, on_output),
+                                  name="kevin-eval", daemon=True)
+        self._threads.add(thread)
+        thread.start()
+        return future
+
+    def _pipeline(self, source: str, future: Future[EvalResult], clock: StageClock,
+                  on_stage: CandidateStageCallback | None, on_output: OutputCallback | None) -> None:
+        build: _Build | None = None
+        needs_worker = True
+        try:
+            if self._aborted.is_set():
+                raise GaveUp()
+            if on_stage is not None:
+                on_stage(Stage.COMPILE)
+            build = self._built(source, clock, on_output)
+            if self._aborted.is_set():  # a build cut short by the abort is no compile error
+                result = _interrupted(Stage.COMPILE if not build.ok else Stage.LOAD)
+            elif not build.ok:
+                result = EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error)
+            else:
+                clock.switch("queue")
+                self._ensure_probed()
+                needs_worker = False  # from here on the worker taken counts it
+                result = self._run(build, clock, on_stage, on_output)
+        except GaveUp:
+            result = _interrupted(Stage.COMPILE if build is None else Stage.LOAD)
+        except WorkerFailed as exc:
+            result = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD, error=str(exc))
+        except BaseException as exc:  # the future must resolve whatever happens in here
+            result = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD,
+                                error=f"the evaluator failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._threads.discard(threading.current_thread())
+            if needs_worker:
+                self.pool.expect(-1)
+        extra = {"device": self.device, "device_name": self.device_name, "stage_s": clock.times(),
+                 "wall_s": round(clock.elapsed(), 4)}
+        if build is not None:
+            extra.update(compile_log=build.log, compile_s=build.compile_s, cached_build=build.cached)
+        future.set_result(result.model_copy(update=extra))
+
+    @contextlib.contextmanager
+    def device_busy(self) -> Iterator[None]:
+        """Held while the model generates on the evaluation device: no timing starts meanwhile;
+        builds and correctness checks go on."""
+        with contextlib.ExitStack() as held:
+            with contextlib.suppress(GaveUp):  # aborted: there is nothing left to hold back
+                held.enter_context(self.gate.shared(patient=False))
+            yield
 
     def evaluate(self, sources: Sequence[str], *, on_stage: StageCallback | None = None) -> list[EvalResult]:
         """One result per source, in order; a bad candidate gives a failed result, never an exception."""
-        started = time.monotonic()
-        keys = [cache.build_key(src, self.device, self.settings.fast_build) for src in sources]
-        unique = {k: src for k, src in zip(keys, sources)}
-        for i in range(len(sources)):
-            if on_stage:
-                on_stage(i, Stage.COMPILE)
-        with ThreadPoolExecutor(max_workers=self.settings.parallel_compiles) as pool:
-            builds = dict(zip(unique, pool.map(self._build, unique.values())))
-        results: list[EvalResult] = []
-        for i, key in enumerate(keys):
-            build = builds[key]
-            common = dict(device=self.device, device_name=self.device_name, compile_log=build.log,
-                          compile_s=build.compile_s, cached_build=build.cached)
-            if not build.ok:
-                res = EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error,
-                                 wall_s=time.monotonic() - started, **common)
-            elif self._aborted.is_set():
-                res = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD, error="the run was interrupted",
-                                 **common)
-            else:
-                t0 = time.monotonic()
-                res = self._run(build, (lambda st, i=i: on_stage(i, st)) if on_stage else None)
-                res = res.model_copy(update={**common, "wall_s": build.compile_s + (time.monotonic() - t0)})
-            results.append(res)
-        return results
-
-    # --- one candidate at a time, as answers arrive ----------------------------------------
-    def submit(self, source: str, *, on_stage=None, on_output=None) -> Future[EvalResult]:
-        """Build now (threads, ``parallel_compiles`` at once); run once the device is free."""
-        future: Future[EvalResult] = Future()
-
-        def evaluate_one() -> None:
-            try:
-                if on_stage:
-                    on_stage(Stage.COMPILE)
-                started = time.monotonic()
-                build = self._build(source)
-                common = dict(device=self.device, device_name=self.device_name, compile_log=build.log,
-                              compile_s=build.compile_s, cached_build=build.cached)
-                if not build.ok:
-                    future.set_result(EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error,
-                                                 wall_s=time.monotonic() - started, **common))
-                    return
-                self._device_free.wait()
-                if self._aborted.is_set():
-                    future.set_result(EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD,
-                                                 error="the run was interrupted", **common))
-                    return
-                t0 = time.monotonic()
-                res = self._run(build, on_stage)
-                future.set_result(res.model_copy(update={**common, "wall_s": build.compile_s + time.monotonic() - t0}))
-            except BaseException as exc:  # the future must always resolve
-                future.set_exception(exc)
-
-        self._builds.submit(evaluate_one)
-        return future
-
-    @contextlib.contextmanager
-    def device_busy(self):
-        self._device_free.clear()
-        try:
-            yield
-        finally:
-            self._device_free.set()
+        futures = [self.submit(src, on_stage=(lambda st, i=i: on_stage(i, st)) if on_stage else None)
+                   for i, src in enumerate(sources)]
+        return [f.result() for f in futures]
 
     def abort(self) -> None:
-        """Kill every worker and compiler now; what is still to evaluate is not started."""
+        """Kill every worker and compiler now, the waiting ones too; pending results resolve as
+        interrupted."""
         self._aborted.set()
-        self._device_free.set()
-        kill_all_workers()
+        self.gate.close()
+        self._workers.kill_all()
+        self.pool.close()
 
     def close(self) -> None:
-        """Nothing stays running between calls; builds stay in the cache."""
-        self._builds.shutdown(wait=False, cancel_futures=True)
+        """Stop the waiting workers and whatever still runs, and remove their folders; builds and
+        reference data stay in the cache."""
+        self.pool.close()
+        if self._threads:
+            self.abort()
+            for thread in list(self._threads):
+                thread.join(timeout=10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _close_quietly(pool: WarmPool, scratch: Path) -> None:
+    pool.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _interrupted(stage: Stage) -> EvalResult:
+    return EvalResult(status=Status.RUNTIME_ERROR, stage=stage, error=INTERRUPTED)
+

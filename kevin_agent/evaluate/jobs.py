@@ -1,6 +1,9 @@
-"""What the parent and a worker process exchange: a job file in, a reply file out.
+"""What the parent and a worker process exchange: a job file in, a reply file out, and two
+pipes in between.
 
-Kept free of torch so the parent can use it without importing torch.
+The worker writes one line per stage it enters to ``progress_fd`` (and ``want <what>`` when it
+needs an answer), and reads the parent's answers, one JSON object per line, from
+``control_fd``. Kept free of torch so the parent can use it without importing torch.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from ..config import EvalSettings
 from ..results import EvalResult
 from ..task import TaskProbe
 
+WANT = "want "
+"""Prefix of a worker's request line: ``want candidate``, ``want timing``."""
+
 
 class Job(BaseModel):
     mode: Literal["probe", "compile", "run"]
@@ -21,9 +27,20 @@ class Job(BaseModel):
     task_path: str = ""
     class_name: str = "Model"
     candidate_path: str = ""
+    """compile: the candidate to build. run: empty, the candidate comes as an ``Assignment``."""
+    reference_dir: str = ""
+    """Where the task's reference data lives (probe: made there when missing; run: read)."""
     reply_path: str
-    progress_path: str
-    """The worker appends one stage name per line as it moves on."""
+    progress_fd: int
+    control_fd: int
+
+
+class Assignment(BaseModel):
+    """The answer to a run worker's ``want candidate``: what to load, from where."""
+
+    candidate_path: str
+    build_dir: str
+    """The candidate's build folder (its ``TORCH_EXTENSIONS_DIR``)."""
 
 
 class WorkerReply(BaseModel):

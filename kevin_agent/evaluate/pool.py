@@ -1,26 +1,33 @@
-"""Parent side of a worker: start it isolated, watch its stages, enforce the time limit.
+"""Parent side of a worker: start it isolated, follow its stages, answer its requests, enforce
+its time limits.
 
 Each worker runs ``python -m kevin_agent.evaluate.worker JOB.json`` in a new session (so the
-whole process group, compiler children included, can be killed), with a scrubbed environment
-and its stdout/stderr captured to a log. The parent never imports the candidate and never
-touches the GPU.
+whole process group, compiler children included, can be killed), with a scrubbed environment,
+its stdout/stderr captured to a log in its own temporary folder, and two pipes (see ``jobs``).
+The parent never imports the candidate and never touches the GPU.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from ..results import Stage
-from .jobs import Job, WorkerReply
+from ..results import Stage, StageTimes
+from .jobs import WANT, Job, WorkerReply
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",
@@ -42,6 +49,89 @@ def scrubbed_env(extra: dict[str, str] | None = None, environ: dict[str, str] | 
     return env
 
 
+@dataclass(frozen=True)
+class Limit:
+    """How long a phase of a worker may run, and how that number came about (for the feedback)."""
+
+    seconds: float
+    how: str
+
+
+class StageClock:
+    """Splits one evaluation's wall time into ``StageTimes``: time runs into one bucket at a time."""
+
+    def __init__(self) -> None:
+        self.started = self._last = time.monotonic()
+        self._bucket = "queue"
+        self._totals = dict.fromkeys(StageTimes.model_fields, 0.0)
+        self._lock = threading.Lock()
+
+    def switch(self, bucket: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._totals[self._bucket] += now - self._last
+            self._bucket, self._last = bucket, now
+
+    def times(self) -> StageTimes:
+        self.switch(self._bucket)
+        return StageTimes(**{k: round(v, 4) for k, v in self._totals.items()})
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+_live_groups: set[int] = set()
+_live_lock = threading.Lock()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_all_workers() -> None:
+    """Kill every worker this process started and that is still running, with its children
+    (compilers included): the run is being interrupted."""
+    with _live_lock:
+        groups = list(_live_groups)
+    for pgid in groups:
+        _kill_group(pgid)
+
+
+class WorkerSet:
+    """The workers one evaluator has running, so that they can all be killed at once; one
+    added after that is killed on arrival."""
+
+    def __init__(self) -> None:
+        self._items: set[WorkerProcess] = set()
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def add(self, worker: WorkerProcess) -> None:
+        with self._lock:
+            self._items.add(worker)
+            closed = self.closed
+        if closed:
+            worker.kill()
+
+    def discard(self, worker: WorkerProcess) -> None:
+        with self._lock:
+            self._items.discard(worker)
+
+    def __iter__(self):
+        with self._lock:
+            return iter(list(self._items))
+
+    def kill_all(self) -> None:
+        with self._lock:
+            self.closed = True
+            items = list(self._items)
+        for worker in items:
+            worker.kill()
+
+
 @dataclass
 class WorkerRun:
     reply: WorkerReply | None
@@ -51,6 +141,8 @@ class WorkerRun:
     """The last stage the worker announced."""
     log: str
     wall_s: float
+    limit: Limit | None = None
+    """The limit the worker ran past (when ``timed_out``)."""
 
     def died(self) -> str:
         """How the worker ended without a reply, in words."""
@@ -63,82 +155,183 @@ class WorkerRun:
         return f"the worker exited with code {self.returncode} without a result"
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+class WorkerProcess:
+    """One worker process, its folder and the parent's ends of its pipes."""
 
+    def __init__(self, job_fields: dict, *, env: dict[str, str], root: Path | None = None) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="kevin-job-", dir=root))
+        progress_r, progress_w = os.pipe()
+        control_r, control_w = os.pipe()
+        job = Job(**job_fields, reply_path=str(self.folder / "reply.json"), progress_fd=progress_w,
+                  control_fd=control_r)
+        job_path = self.folder / "job.json"
+        job_path.write_text(job.model_dump_json())
+        self.reply_path = Path(job.reply_path)
+        self.log_path = self.folder / "log.txt"
+        try:
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "kevin_agent.evaluate.worker", str(job_path)],
+                    cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, pass_fds=(progress_w, control_r),
+                )
+        except BaseException:
+            for fd in (progress_r, progress_w, control_r, control_w):
+                os.close(fd)
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        os.close(progress_w)
+        os.close(control_r)
+        with _live_lock:
+            _live_groups.add(self.proc.pid)
+        self.pid = self.proc.pid
+        self.started = time.monotonic()
+        self._progress, self._control = progress_r, control_w
+        self._pending = b""
+        self._eof = False
+        self._log = open(self.log_path, "rb")  # noqa: SIM115 (read as it grows, closed in finish)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stages: list[Stage] = []
+        self.finished = False
+        self.waiting_for = ""
+        """What it asked for when ``follow`` stopped at its request (it blocks until answered)."""
 
-_live_groups: set[int] = set()
-_live_lock = threading.Lock()
+    # --- talking to it ------------------------------------------------------------------
+    def lines(self, timeout: float) -> list[str] | None:
+        """Lines the worker wrote, waiting up to ``timeout`` for the first; None once it has
+        closed its end (it exited)."""
+        if self._eof:
+            return None
+        ready, _, _ = select.select([self._progress], [], [], max(timeout, 0.0))
+        if not ready:
+            return []
+        data = os.read(self._progress, 65536)
+        if not data:
+            self._eof = True
+            return None
+        *whole, self._pending = (self._pending + data).split(b"\n")
+        return [ln.decode("utf-8", "replace").strip() for ln in whole]
 
+    def send(self, payload: Mapping) -> None:
+        self.waiting_for = ""
+        try:
+            os.write(self._control, (json.dumps(dict(payload)) + "\n").encode())
+        except OSError:
+            pass  # it died; the next read sees the end
 
-def kill_all_workers() -> None:
-    """Kill every worker this process started and that is still running, with its children
-    (compilers included): the run is being interrupted."""
-    with _live_lock:
-        groups = list(_live_groups)
-    for pgid in groups:
-        _kill_group(pgid)
+    def output(self) -> str:
+        """What the worker printed since the last call."""
+        return self._decoder.decode(self._log.read())
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    # --- ending it ----------------------------------------------------------------------
+    def kill(self) -> None:
+        _kill_group(self.pid)
+
+    def finish(self) -> int:
+        """Kill what is left of its process group (a daemon, a stuck compiler) and reap it."""
+        if not self.finished:
+            self.finished = True
+            self.kill()
+            self.proc.wait()
+            with _live_lock:
+                _live_groups.discard(self.pid)
+            for fd in (self._progress, self._control):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        return self.proc.returncode
+
+    def reply(self) -> WorkerReply | None:
+        if not self.reply_path.is_file():
+            return None
+        return WorkerReply.model_validate_json(self.reply_path.read_text(encoding="utf-8"))
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def remove(self) -> None:
+        """Finish it and delete its folder."""
+        self.finish()
+        self._log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    # --- following it -------------------------------------------------------------------
+    def follow(self, *, limit: Callable[[str], Limit], answer: Callable[[str], Mapping] | None = None,
+               on_stage: Callable[[Stage], None] | None = None, on_output: Callable[[str], None] | None = None,
+               clock: StageClock | None = None, stop_at: str = "", phase: str = "start") -> Limit | None:
+        """Follow the worker until it exits or asks for ``stop_at``: announce its stages, answer
+        its requests (``answer(what)`` may block; that time is not the worker's and goes to the
+        clock's queue), and kill it when a phase runs past its limit. Returns the limit it ran
+        past, else None."""
+        current = limit(phase)
+        deadline = time.monotonic() + current.seconds
+        while True:
+            lines = self.lines(min(0.1, max(deadline - time.monotonic(), 0.0)))
+            gone = lines is None or (not lines and not self.alive())
+            if gone and lines is not None:
+                lines = self.lines(0.0)  # what it wrote just before it exited
+            if on_output is not None:
+                text = self.output()
+                if text:
+                    on_output(text)
+            for line in lines or []:
+                if line.startswith(WANT):
+                    what = line[len(WANT):]
+                    if what == stop_at:
+                        self.waiting_for = what
+                        return None
+                    if clock is not None:
+                        clock.switch("queue")
+                    waited = time.monotonic()
+                    self.send(answer(what) if answer is not None else {})
+                    deadline += time.monotonic() - waited
+                    if clock is not None:
+                        clock.switch(phase)
+                elif line in Stage._value2member_map_:
+                    stage = Stage(line)
+                    self.stages.append(stage)
+                    if on_stage is not None:
+                        on_stage(stage)
+                    if stage is not Stage.DONE:
+                        phase = stage.value
+                        if clock is not None and phase in StageTimes.model_fields:
+                            clock.switch(phase)
+                        current = limit(phase)
+                        deadline = time.monotonic() + current.seconds
+            if gone:
+                return None
+            if time.monotonic() > deadline:
+                self.kill()
+                return current
+
+    def result(self, exceeded: Limit | None) -> WorkerRun:
+        """Finish it and collect what it left."""
+        code = self.finish()
+        return WorkerRun(reply=None if exceeded else self.reply(), returncode=code, timed_out=exceeded is not None,
+                         stage=self.stages[-1] if self.stages else None, log=self.log(),
+                         wall_s=time.monotonic() - self.started, limit=exceeded)
 
 
 def run_worker(job_fields: dict, *, env: dict[str, str], timeout_s: float,
-               on_stage: Callable[[Stage], None] | None = None) -> WorkerRun:
-    """Run one job to its end or its time limit; never raises for what the job does."""
-    with tempfile.TemporaryDirectory(prefix="kevin-job-") as tmp:
-        folder = Path(tmp)
-        job = Job(**job_fields, reply_path=str(folder / "reply.json"), progress_path=str(folder / "stages"))
-        job_path = folder / "job.json"
-        job_path.write_text(job.model_dump_json())
-        Path(job.progress_path).touch()
-        log_path = folder / "log.txt"
-        start = time.monotonic()
-        stages: list[Stage] = []
-        with open(log_path, "wb") as log, open(job.progress_path, encoding="utf-8") as progress:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "kevin_agent.evaluate.worker", str(job_path)],
-                cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            with _live_lock:
-                _live_groups.add(proc.pid)
-            timed_out = False
-            try:
-                timed_out = _watch(proc, progress, start, timeout_s, on_stage, stages)
-            finally:
-                # Children the candidate left behind (a daemon, a stuck compiler) go with the group,
-                # also when the parent is interrupted while it waits.
-                _kill_group(proc.pid)
-                proc.wait()
-                with _live_lock:
-                    _live_groups.discard(proc.pid)
-        stage = stages[-1] if stages else None
-        wall = time.monotonic() - start
-        reply = None
-        reply_path = Path(job.reply_path)
-        if not timed_out and reply_path.is_file():
-            reply = WorkerReply.model_validate_json(reply_path.read_text(encoding="utf-8"))
-        log_text = log_path.read_text(encoding="utf-8", errors="replace")
-        return WorkerRun(reply=reply, returncode=proc.returncode, timed_out=timed_out, stage=stage,
-                         log=log_text, wall_s=wall)
-
-
-def _watch(proc: subprocess.Popen, progress, start: float, timeout_s: float,
-           on_stage: Callable[[Stage], None] | None, stages: list[Stage]) -> bool:
-    """Follow the worker's stage lines until it exits; True when it ran past ``timeout_s``."""
-    while True:
-        try:
-            proc.wait(timeout=0.05)
-            finished = True
-        except subprocess.TimeoutExpired:
-            finished = False
-        for line in progress.read().splitlines():
-            if line.strip() in Stage._value2member_map_:
-                stages.append(Stage(line.strip()))
-                if on_stage is not None:
-                    on_stage(stages[-1])
-        if finished:
-            return False
-        if time.monotonic() - start > timeout_s:
-            return True
+               on_stage: Callable[[Stage], None] | None = None, on_output: Callable[[str], None] | None = None,
+               answer: Callable[[str], Mapping] | None = None, root: Path | None = None,
+               registry: WorkerSet | None = None,
+               hold: Callable[[int], AbstractContextManager] | None = None) -> WorkerRun:
+    """Run one job to its end or its time limit; never raises for what the job does. ``hold``
+    is entered with the worker's process group id for as long as it runs."""
+    worker = WorkerProcess(job_fields, env=env, root=root)
+    if registry is not None:
+        registry.add(worker)
+    try:
+        with hold(worker.pid) if hold is not None else contextlib.nullcontext():
+            exceeded = worker.follow(limit=lambda _: Limit(timeout_s, f"{timeout_s:g} s"), answer=answer,
+                                     on_stage=on_stage, on_output=on_output)
+        return worker.result(exceeded)
+    finally:
+        worker.remove()
+        if registry is not None:
+            registry.discard(worker)

@@ -1,0 +1,216 @@
+"""One candidate inside its run worker: load it, check it against the reference's stored answers,
+time it against the eager reference, check it again (docs/evaluation.md has the protocol).
+
+The worker gets here with the task imported, the reference built and the reference data
+loaded (``trials.Trials``); the candidate is the first model code this process runs.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+import torch
+
+from ..results import EvalResult, Stage, Status
+from .cache import cpu_name
+from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
+                          clone_all, compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
+from .graphs import graph_column
+from .guards import Integrity, audit_ops
+from .jobs import Job, WorkerReply
+from .plausibility import implausibility, runtime_floor
+from .taskcode import call_factory, describe, import_file
+from .timing import Timer, hidden_work, hidden_work_refusal
+from .trials import Trials
+
+
+class RuleBroken(Exception):
+    """The candidate did at run time what the static rules forbid (reported as check_failed)."""
+
+
+def check_integrity(integrity: Integrity, when: str) -> None:
+    changed = integrity.changed()
+    if changed:
+        raise RuleBroken(f"[no-monkeypatch] {when}, the candidate had rebound {', '.join(changed[:5])}: "
+                         "patching torch, the timer or the evaluator changes what is measured")
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    return cpu_name() or platform.processor() or platform.machine()
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    if torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    return out
+
+
+def copy_parameters(ref: torch.nn.Module, cand: torch.nn.Module) -> None:
+    """Give ModelNew the reference's weights: by name and shape, else in order when every
+    remaining shape matches (candidates that mirror the reference's init order need neither)."""
+    theirs = dict(list(ref.named_parameters()) + list(ref.named_buffers()))
+    mine = dict(list(cand.named_parameters()) + list(cand.named_buffers()))
+    left_t, left_m = dict(theirs), dict(mine)
+    with torch.no_grad():
+        for name, t in mine.items():
+            src = theirs.get(name)
+            if src is not None and src.shape == t.shape and src.dtype == t.dtype:
+                t.copy_(src)
+                left_t.pop(name)
+                left_m.pop(name)
+        pairs = list(zip(left_t.values(), left_m.values()))
+        if left_t and len(left_t) == len(left_m) and all(a.shape == b.shape and a.dtype == b.dtype
+                                                         for a, b in pairs):
+            for src, dst in pairs:
+                dst.copy_(src)
+
+
+def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[str], dict], task, ref,
+                  trials: Trials, integrity: Integrity) -> WorkerReply:
+    """Load, check and time ``job.candidate_path``; the reply carries the verdict."""
+    outcome = Outcome()
+    reached = [Stage.LOAD]
+
+    def enter(s: Stage) -> None:
+        if s is Stage.TIMING:
+            request("timing")  # returns once the device is this worker's alone
+        reached[0] = s
+        stage(s)
+
+    def result(status: Status, error: str = "", **extra) -> WorkerReply:
+        ev = EvalResult(status=status, stage=reached[0], correct=status is Status.CORRECT, error=error,
+                        trials=outcome.trials, trials_passed=outcome.trials_passed,
+                        max_abs_err=outcome.max_abs_err if outcome.compared else None,
+                        max_rel_err=outcome.max_rel_err if outcome.compared else None,
+                        atol=outcome.atol, rtol=outcome.rtol, device=job.settings.device,
+                        device_name=device_name(job.settings.device), tolerance=job.settings.tolerance,
+                        reference_tf32=job.settings.reference_tf32, **extra)
+        return WorkerReply(ok=status is Status.CORRECT, eval=ev, device_name=ev.device_name,
+                           versions=versions())
+
+    enter(Stage.LOAD)
+    try:
+        module = import_file(job.candidate_path, "kevin_candidate")
+        if not hasattr(module, "ModelNew"):
+            return result(Status.RUNTIME_ERROR, "the candidate defines no class ModelNew")
+        torch.manual_seed(job.settings.seed)
+        cand = module.ModelNew(*call_factory(task, "get_init_inputs", job)).to(job.settings.device)
+        copy_parameters(ref, cand)
+        check_integrity(integrity, "after loading")
+        return _check_and_time(job, trials, ref, cand, outcome, enter, result, integrity)
+    except Mismatch as exc:
+        return result(Status.INCORRECT, str(exc))
+    except RuleBroken as exc:
+        return result(Status.CHECK_FAILED, str(exc))
+    except BaseException as exc:  # candidate code may raise anything, SystemExit included
+        return result(Status.RUNTIME_ERROR, describe(exc, job.candidate_path, job.task_path))
+
+
+def _answer(trials: Trials, name: str):
+    """The reference, as ``run_trial`` calls it: the stored answer to set ``name``, put on the
+    device only once the candidate has run (its memory cannot hold it before)."""
+    return lambda *_: trials.expected(name)
+
+
+def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter, result,
+                    integrity: Integrity) -> WorkerReply:
+    s, device = job.settings, job.settings.device
+    enter(Stage.CORRECTNESS)
+    poison = 0
+    previous = None
+    for i in range(s.correctness_trials):
+        name = f"trial-{i + 1}"
+        inputs, which = trials.inputs(name), trials.input_set(name)
+        poison = poison or 4 * nbytes_of(inputs) + (64 << 20)
+        outcome.trials += 1
+        try:
+            got, want = run_trial(cand, _answer(trials, name), inputs, device=device, atol=s.atol, rtol=s.rtol,
+                                  preset=s.tolerance, outcome=outcome, poison_bytes=poison)
+        except Mismatch as exc:
+            return result(Status.INCORRECT, f"trial {i + 1} of {s.correctness_trials} (seed {which.seed}, "
+                          f"{which.distribution} inputs): {exc}")
+        if previous is not None and _unchanged(previous, (got, want)):
+            return result(Status.INCORRECT, f"trial {i + 1}: the output did not change when the inputs "
+                          "did (the reference's did): the result must be computed from the inputs")
+        previous = (got, want)
+        outcome.trials_passed += 1
+    check_integrity(integrity, "during the correctness trials")
+    if s.op_audit:
+        computing = audit_ops(cand, trials.inputs("audit"))
+        sync(device)
+        if computing:
+            raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
+                             f"{', '.join(computing[:8])}; compute the result in your own kernel")
+        check_integrity(integrity, "during the operator audit")
+
+    # Candidate and eager reference back to back in this process, so that drift of the clocks
+    # or the temperature between them cannot flatter either.
+    enter(Stage.TIMING)
+    timer = Timer(device)
+    timing_inputs = trials.inputs("timing")
+    overhead_ms = timer.sync_overhead_ms(s.timed_runs)
+    runs = timer.runs(cand, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
+    check_integrity(integrity, "while it was timed")
+    runtime = runs.stream
+    sync_check = hidden_work(runs, overhead_ms) if device == "cuda" else None
+    if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
+        raise RuleBroken(refusal)
+    reference = timer.time(ref, clone_all(timing_inputs), warmup=s.warmup_runs, runs=s.timed_runs)
+    flags: list[str] = []
+    compiled = trials.compiled
+    if s.compare_compile and compiled is None:
+        flags.append(f"torch.compile of the reference failed, not compared: {trials.meta.compile_error}")
+
+    # Re-check after timing: new values written into the very tensors the candidate was timed
+    # on (an answer cached by address goes stale), then one more ordinary trial.
+    fresh = trials.inputs("recheck")
+    with torch.no_grad():
+        for t, f in zip(timing_inputs, fresh):
+            if isinstance(t, torch.Tensor) and t.shape == f.shape:
+                t.copy_(f)
+    try:
+        with poisoned_memory(device), torch.no_grad():
+            got = cand(*timing_inputs)
+            timer.sync()
+            check_plain_tensors(got)
+            check_inputs_unchanged(timing_inputs, fresh)
+            check_no_alias(got, timing_inputs)
+            want = trials.expected("recheck")
+        compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
+        run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
+                  atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome, poison_bytes=poison)
+    except Mismatch as exc:
+        return result(Status.INCORRECT, f"re-check after timing failed: {exc}")
+
+    speedup = reference.median_ms / max(runtime.median_ms, 1e-9)
+    vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
+    # The bandwidth was measured by the reference worker, with the device to itself.
+    floor = runtime_floor(nbytes_of(fresh) + nbytes_of([got]), trials.meta.bandwidth_bytes_per_ms, device=device)
+    if (flag := implausibility(runtime.median_ms, floor)) is not None:
+        flags.append(flag)
+    graph = None
+    if device == "cuda":
+        # Last, with every check passed: candidate code runs inside the capture, and the verdict
+        # does not depend on it (a model that cannot be captured just gets a note).
+        graph = graph_column(timer, cand, ref, timing_inputs, candidate_ms=runtime.median_ms,
+                             replays=max(5, s.timed_runs // 4), atol=s.atol, rtol=s.rtol, preset=s.tolerance)
+        check_integrity(integrity, "while it was replayed from a CUDA graph")
+    enter(Stage.DONE)
+    return result(Status.CORRECT, runtime=runtime, reference=reference, compiled_reference=compiled,
+                  speedup=speedup, speedup_vs_compile=vs_compile, flags=flags, floor=floor,
+                  implausible=flag is not None, sync=sync_check, graph=graph)
+
+
+def _unchanged(previous, current) -> bool:
+    (got0, want0), (got1, want1) = previous, current
+    same_shapes = all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                      for a, b in zip(got0 + [w for _, w in leaves(want0)], got1 + [w for _, w in leaves(want1)]))
+    if not same_shapes:
+        return False
+    ref_same = all(same_values(a, b) for (_, a), (_, b) in zip(leaves(want0), leaves(want1)))
+    cand_same = all(same_values(a, b) for a, b in zip(got0, got1))
+    return cand_same and not ref_same

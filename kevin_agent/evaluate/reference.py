@@ -1,0 +1,140 @@
+"""The reference's side of every evaluation, made once per task and kept in the build cache.
+
+For each set of inputs the protocol uses (the correctness trials, the operator audit, the
+timing, the re-check after timing) a worker draws the inputs from their seed, runs the
+reference on them once and stores its answer; it also times the eager reference and
+``torch.compile`` of it and measures the device's bandwidth. Every candidate's worker loads
+this instead of doing it again (``trials`` is the worker's side). The folder is
+``<cache_dir>/reference/<key>/``; the key covers the task's source, the settings that change the
+data or the timings, the toolchain and the device, so a run that resumes finds it and a
+changed task does not. ``meta.json`` is written last: a folder without it is incomplete.
+
+Kept free of torch: the parent reads the metadata (for the stage limits) without importing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ..config import EvalSettings
+from ..results import TimingStats
+from ..task import Task
+from . import cache
+from .pool import Limit
+
+FORMAT = 1
+META = "meta.json"
+OUTPUTS = "outputs.pt"
+INPUTS = "inputs.pt"
+GRAPH_CALLS, GRAPH_TARGET_S = 50, 0.002
+"""The most calls in one captured graph, and the work one replay aims at (``timing.graph_calls``)."""
+STORE_INPUTS_BYTES = 256 << 20
+"""Inputs up to this size (all sets together) are stored; larger ones are drawn again from their
+seed by each worker, which checks them against the stored checksums."""
+
+
+class InputSet(BaseModel):
+    """One set of inputs: how it is drawn, and what it was when the reference saw it."""
+
+    name: str
+    seed: int
+    distribution: str
+    checksum: str
+    """sha256 of the tensors' bytes (and the repr of anything else), in order."""
+    nbytes: int
+    expected: bool
+    """Whether the reference's answer to it is stored."""
+
+
+class ReferenceData(BaseModel):
+    """``meta.json``: what the reference worker found."""
+
+    format: int = FORMAT
+    key: str
+    sets: list[InputSet]
+    inputs_stored: bool
+    eager: TimingStats
+    call_s: float
+    """One timed call of the reference with the harness's work around it (the cache flush), in
+    seconds: the unit of the timing stage's limit (the eager median is the others' unit)."""
+    compiled: TimingStats | None = None
+    compile_error: str = ""
+    bandwidth_bytes_per_ms: float
+    output_bytes: int = 0
+    device_name: str = ""
+    created_at: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    def input_set(self, name: str) -> InputSet:
+        return next(s for s in self.sets if s.name == name)
+
+
+def input_plan(settings: EvalSettings) -> list[tuple[str, int, str, bool]]:
+    """(name, seed, distribution, answer stored) for every set of inputs the protocol uses."""
+    base = settings.seed
+    plan = [(f"trial-{i + 1}", base + i, ("as-given", "rescaled")[i % 2], True)
+            for i in range(settings.correctness_trials)]
+    return plan + [("audit", base + 300, "as-given", False), ("timing", base + 500, "as-given", False),
+                   ("recheck", base + 1000, "as-given", True), ("recheck-trial", base + 1001, "rescaled", True)]
+
+
+def reference_key(task: Task, settings: EvalSettings, device_name: str) -> str:
+    what = {
+        "format": FORMAT, "task": hashlib.sha256(task.source.encode()).hexdigest(), "class": task.class_name,
+        "device": settings.device, "device_name": device_name, "toolchain": cache.toolchain(settings.device),
+        **settings.model_dump(mode="json", include={"seed", "correctness_trials", "warmup_runs", "timed_runs",
+                                                    "compare_compile", "cpu_threads", "reference_tf32"}),
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def read(folder: Path) -> ReferenceData | None:
+    """The folder's metadata, or None while it is incomplete (or of another format)."""
+    try:
+        data = ReferenceData.model_validate_json((folder / META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if data.format == FORMAT else None
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """One maker per folder, across processes: the others wait and then find it made."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -> Limit:
+    """How long a candidate's stage may run: a floor, plus a multiple of the time the reference's
+    own calls in that stage take, capped at ``run_timeout_s``."""
+    cap = settings.run_timeout_s
+    calls = {"load": 1, "correctness": 2 * settings.correctness_trials + 1,
+             "timing": 2 * (settings.warmup_runs + settings.timed_runs) + 4}.get(phase)
+    if calls is None or ref is None:
+        return Limit(cap, f"run_timeout_s = {cap:g} s")
+    floor, factor = settings.stage_floor_s, settings.stage_time_factor
+    per_call = ref.call_s if phase == "timing" else ref.eager.median_ms / 1e3
+    seconds = floor + factor * calls * per_call
+    how = (f"stage_floor_s {floor:g} s + stage_time_factor {factor:g} x {calls} calls x {per_call * 1e3:.3g} ms, "
+           "the reference's own time per call")
+    if phase == "timing" and settings.device == "cuda":
+        # The CUDA-graph column: reference and candidate each replay a graph of at most
+        # GRAPH_CALLS calls, or about GRAPH_TARGET_S of work, (timed_runs // 4, at least 5) times
+        # after warm-up and capture (evaluate/graphs.py).
+        replays = max(5, settings.timed_runs // 4) + 4
+        ref_s = ref.eager.median_ms / 1e3
+        graphs = replays * (GRAPH_CALLS * ref_s + max(GRAPH_TARGET_S, factor * ref_s))
+        seconds += graphs
+        how += f" + {graphs:.3g} s for the CUDA-graph replays"
+    if seconds > cap:
+        return Limit(cap, f"{how}, capped at run_timeout_s = {cap:g} s")
+    return Limit(seconds, how)

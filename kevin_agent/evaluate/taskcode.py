@@ -1,0 +1,98 @@
+"""The person's task file inside a worker: import it, call its factories, draw inputs.
+
+Everything here runs in a worker process (it imports torch and the task).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+from ..task import TensorSpec
+from .jobs import Job
+
+DISTRIBUTIONS = ("as-given", "rescaled")
+
+
+class TaskProblem(Exception):
+    """The task file itself cannot be built."""
+
+
+def describe(exc: BaseException, *paths: str) -> str:
+    """The exception with the last frame that is in one of ``paths`` (the code someone wrote)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in paths]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f"{Path(f.filename).name}, line {f.lineno}, in {f.name}: {(f.line or '').strip()}\n"
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return (where + text)[:3000]
+
+
+def import_file(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_task(job: Job):
+    sys.path.insert(0, str(Path(job.task_path).parent))
+    try:
+        module = import_file(job.task_path, "kevin_task")
+    except Exception as exc:
+        raise TaskProblem(f"importing the task failed: {describe(exc, job.task_path)}") from None
+    missing = [n for n in (job.class_name, "get_inputs", "get_init_inputs") if not hasattr(module, n)]
+    if missing:
+        raise TaskProblem(f"the module defines no {', '.join(missing)}")
+    return module
+
+
+def call_factory(module, name: str, job: Job) -> list:
+    try:
+        values = getattr(module, name)()
+    except Exception as exc:
+        raise TaskProblem(f"{name}() raised {describe(exc, job.task_path)}") from None
+    if not isinstance(values, (list, tuple)):
+        raise TaskProblem(f"{name}() must return a list, got {type(values).__name__}")
+    return list(values)
+
+
+def to_device(value, device: str, *, copy: bool = False):
+    """``value`` with every tensor in it (lists and tuples followed) on ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, copy=copy)
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device, copy=copy) for v in value)
+    return value
+
+
+def make_inputs(module, job: Job, seed: int, distribution: str) -> list:
+    torch.manual_seed(seed)
+    values = to_device(call_factory(module, "get_inputs", job), job.settings.device)
+    if distribution == "rescaled":
+        gen = torch.Generator().manual_seed(seed)
+        scale = 2.0 ** (4.0 * float(torch.rand(1, generator=gen)) - 2.0)
+        values = [v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+    return values
+
+
+def build_reference(module, job: Job) -> torch.nn.Module:
+    """The task's model, built under the run's seed (``ModelNew`` is built under it too)."""
+    init = call_factory(module, "get_init_inputs", job)
+    torch.manual_seed(job.settings.seed)
+    try:
+        return getattr(module, job.class_name)(*init).to(job.settings.device)
+    except Exception as exc:
+        raise TaskProblem(f"building {job.class_name} failed: {describe(exc, job.task_path)}") from None
+
+
+def spec(value) -> TensorSpec | str:
+    if isinstance(value, torch.Tensor):
+        return TensorSpec(shape=list(value.shape), dtype=str(value.dtype).removeprefix("torch."))
+    return repr(value)[:200]
