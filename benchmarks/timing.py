@@ -189,7 +189,8 @@ def outside(task_path: str, candidate_path: str, build_dir: str, runs: int, call
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     import torch
 
-    from kevin_agent.evaluate.worker import copy_parameters, import_file
+    from kevin_agent.evaluate.candidate import copy_parameters
+    from kevin_agent.evaluate.taskcode import import_file
 
     sys.path.insert(0, str(Path(task_path).parent))
     task = import_file(task_path, "bench_task")

@@ -61,7 +61,9 @@ def stage_times(record: TurnRecord) -> list[tuple[str, float]]:
     if record.generate_s is not None:
         times.append(("generation", record.generate_s))
     # Older records carry only the build time; newer ones time every stage.
-    stage_s = {k: v for k, v in (getattr(ev, "stage_s", None) or {}).items() if v is not None}
+    raw = getattr(ev, "stage_s", None)
+    raw = raw.model_dump() if hasattr(raw, "model_dump") else raw  # a StageTimes
+    stage_s = {k: v for k, v in (raw or {}).items() if v is not None}
     if not stage_s and ev is not None and ev.compile_s is not None:
         stage_s = {"compile": ev.compile_s}
     known = [name for name in STAGE_ORDER if name in stage_s]

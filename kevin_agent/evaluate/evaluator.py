@@ -61,6 +61,8 @@ class LocalEvaluator:
         self.settings = settings
         self.device = settings.device
         self.device_name = host_device_name(self.device)
+        self._host_device = self.device_name
+        """The name the reference data is keyed by (the probe may refine ``device_name``)."""
         self._worker_versions: dict[str, str] = {}
         self._aborted = threading.Event()
         self.settings.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +105,7 @@ class LocalEvaluator:
                     reference_dir=str(self._reference_dir()))
 
     def _reference_dir(self) -> Path:
-        key = reference.reference_key(self.task, self.settings, host_device_name(self.device))
+        key = reference.reference_key(self.task, self.settings, self._host_device)
         return self.settings.cache_dir / "reference" / key
 
     def _start_run_worker(self) -> WorkerProcess:
