@@ -181,6 +181,24 @@ def test_identical_source_hits_the_build_cache(cpp_batch, cpu_evaluator):
     assert again.wall_s < first.wall_s and time.monotonic() - start < first.compile_s
 
 
+@pytest.mark.slow
+def test_a_build_ninja_would_redo_is_not_taken_from_the_cache(cpp_batch, cpu_settings):
+    """A stale build (a source newer than its object, another ninja's log) is rebuilt as a build,
+    never in the worker that loads it, where it would run into the load stage's limit."""
+    from kevin_agent.evaluate import cache
+
+    folder = cpu_settings.cache_dir / cache.build_key(runtime_source("honest_cpp"), "cpu")
+    assert cache.is_built(folder) and cache.up_to_date(folder)
+    source = next(folder.glob("*/main.cpp"))
+    stat = source.stat()
+    os.utime(source, (stat.st_atime, stat.st_mtime + 3600))
+    try:
+        assert not cache.up_to_date(folder)
+    finally:
+        os.utime(source, (stat.st_atime, stat.st_mtime))
+    assert cache.up_to_date(folder)
+
+
 # --- run-time cheats ----------------------------------------------------------------------
 def test_honest_python_candidate_is_correct(python_batch):
     assert python_batch["honest_python"].status is Status.CORRECT, python_batch["honest_python"].error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kevin_agent.cli import main
 from kevin_agent.formatting import stage_times
-from kevin_agent.results import EvalResult, Status, TurnRecord
+from kevin_agent.results import StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 
 from .tui_support import build_store, correct_eval, fixed_info, fixed_records
@@ -43,9 +43,6 @@ def test_show_run_lists_a_cancelled_generation_before_its_turn(tmp_path, capsys)
 
 
 def test_show_turn_prints_the_error_and_the_stage_times(tmp_path, capsys):
-    class TimedEval(EvalResult):
-        stage_s: dict[str, float] | None = None
-
     root = build_store(tmp_path / "runs")
     out = show(capsys, RUN_ID, "--run-dir", str(root), "--turn", "2", "--trajectory", "1")
     assert "status compile_error" in out and "\n## error\n'n' was not declared in this scope\n" in out
@@ -53,8 +50,8 @@ def test_show_turn_prints_the_error_and_the_stage_times(tmp_path, capsys):
     # An evaluation that times every stage: each one, in the order they run.
     rec = fixed_records()[4].model_copy(update={
         "generate_s": 12.0,
-        "eval": TimedEval(**correct_eval(0.125).model_dump(),
-                          stage_s={"queue": 0.25, "compile": 31.5, "load": 1.2, "correctness": 0.8, "timing": 2.1}),
+        "eval": correct_eval(0.125).model_copy(update={"stage_s": StageTimes(
+            queue=0.25, compile=31.5, load=1.2, correctness=0.8, timing=2.1)}),
     })
     assert [name for name, _ in stage_times(rec)] == ["generation", "queue", "compile", "load", "correctness", "timing"]
     correct = show(capsys, RUN_ID, "--run-dir", str(root), "--turn", "3")

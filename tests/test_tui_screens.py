@@ -21,7 +21,7 @@ from kevin_agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from kevin_agent.results import EvalResult, Stage, Status, TurnRecord
+from kevin_agent.results import Stage, StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.format import MARKS
@@ -304,11 +304,8 @@ async def test_a_compile_shows_a_running_timer_and_the_compilers_output_as_it_co
 
 
 async def test_stage_times_show_in_the_feedback_when_the_evaluation_has_them(tmp_path):
-    class TimedEval(EvalResult):
-        stage_s: dict[str, float] | None = None
-
-    timed = TimedEval(**correct_eval(0.125).model_dump(), stage_s={"queue": 0.25, "compile": 31.5, "load": 1.2,
-                                                                    "correctness": 0.8, "timing": 2.1})
+    timed = correct_eval(0.125).model_copy(update={"stage_s": StageTimes(queue=0.25, compile=31.5, load=1.2,
+                                                                          correctness=0.8, timing=2.1)})
     record = fixed_records()[4].model_copy(update={"eval": timed, "generate_s": 12.0})
     app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
     async with app.run_test(size=(160, 48)) as pilot:

@@ -152,6 +152,25 @@ def mark_built(folder: Path, compile_s: float) -> None:
     (folder / MARKER).write_text(json.dumps({"compile_s": compile_s, "built_at": time.time()}))
 
 
+def up_to_date(folder: Path) -> bool:
+    """Whether ninja, as a worker would run it, has nothing to rebuild in ``folder``'s extensions.
+
+    A build can go stale behind the cache's back (another ninja's log, a header touched by a
+    system update); the rebuild then belongs in a build, not in the worker that loads it."""
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        return True
+    for build_file in folder.glob("*/build.ninja"):
+        try:
+            out = subprocess.run([ninja, "-n", "-C", str(build_file.parent)], capture_output=True, text=True,
+                                 timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        if out.returncode != 0 or "no work to do" not in out.stdout:
+            return False
+    return True
+
+
 def clear_locks(folder: Path) -> None:
     """Remove the build locks a killed compiler left behind; the next build would wait forever."""
     for lock in folder.rglob("lock"):

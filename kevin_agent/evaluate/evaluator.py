@@ -184,7 +184,7 @@ class LocalEvaluator:
         folder = self.settings.cache_dir / key
         folder.mkdir(parents=True, exist_ok=True)
         candidate = folder / "candidate.py"
-        if cache.is_built(folder) and candidate.is_file():
+        if cache.is_built(folder) and candidate.is_file() and cache.up_to_date(folder):
             return _Build(ok=True, folder=folder, cached=True)
         candidate.write_text(source, encoding="utf-8")
         cache.clear_locks(folder)
