@@ -60,7 +60,7 @@ class LocalEvaluator:
         self.task = task
         self.settings = settings
         self.device = settings.device
-        self.device_name = host_device_name(self.device)
+        self.device_name = host_device_name(self.device, settings.visible_devices)
         self._host_device = self.device_name
         """The name the reference data is keyed by (the probe may refine ``device_name``)."""
         self._worker_versions: dict[str, str] = {}
@@ -120,7 +120,7 @@ class LocalEvaluator:
         if time.monotonic() - checked_at > 2.0:
             ref = self.reference
             data = max((s.nbytes for s in ref.sets), default=0) + ref.output_bytes // max(len(ref.sets), 1) if ref else 0
-            free = gpu_free_bytes()
+            free = gpu_free_bytes(self.settings.visible_devices)
             room = free is None or free > (1 << 30) + 10 * data
             self._room_checked = (time.monotonic(), room)
         return room

@@ -21,32 +21,32 @@ def detect_device() -> Literal["cuda", "cpu"]:
     return "cuda" if out.returncode == 0 and "GPU" in out.stdout else "cpu"
 
 
-def host_device_name(device: str) -> str:
+def _nvidia_smi(field: str, gpu: str | None) -> str:
+    """One field of the evaluation GPU (``gpu``: what the workers' CUDA_VISIBLE_DEVICES names,
+    None: the first GPU this process sees), '' when nvidia-smi cannot say."""
+    gpu = gpu if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    query = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"]
+    if gpu and gpu.isdigit():
+        query.insert(1, f"--id={gpu}")
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else ""
+
+
+def host_device_name(device: str, gpu: str | None = None) -> str:
     """The device's name without starting a worker (the probe refines it)."""
-    if device == "cuda":
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30, check=False)
-            return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return cache.cpu_name()
+    return _nvidia_smi("name", gpu) if device == "cuda" else cache.cpu_name()
 
 
 def default_eval_workers(device: str) -> int:
-    """Run workers alive at once (waiting or busy, each as many again): a few, by cores."""
+    """Workers kept ready or getting ready (as many again may be busy with a candidate): a few, by cores."""
     return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
-def gpu_free_bytes() -> int | None:
-    """Free memory of the evaluation GPU, from nvidia-smi (None when unknown)."""
-    # The evaluation GPU is the first one the workers see.
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    query = ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"]
-    if visible.isdigit():
-        query.insert(1, f"--id={visible}")
-    try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=False)
-        return int(out.stdout.split()[0]) << 20 if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
+def gpu_free_bytes(gpu: str | None = None) -> int | None:
+    """Free memory of the evaluation GPU in bytes (None when unknown)."""
+    free = _nvidia_smi("memory.free", gpu)
+    return int(free) << 20 if free.isdigit() else None
