@@ -182,6 +182,14 @@ def quantile(values: list[float], q: float) -> float | None:
     return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
 
 
+_T0 = time.monotonic()
+
+
+def note(text: str) -> None:
+    """Progress on stderr as it happens: a run cut short by its time limit still says how far it got."""
+    print(f"[turn.py +{time.monotonic() - _T0:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+
 def wait_ready(ev: LocalEvaluator, timeout: float = 120.0) -> float:
     """Seconds until a worker waits for a candidate (what the model's generation would cover)."""
     start = time.monotonic()
@@ -196,10 +204,16 @@ def run_turn(task_file: Path, settings: EvalSettings, sources: list[tuple[str, s
         start = time.monotonic()
         ev.probe()
         probe_s = time.monotonic() - start
+        note(f"probe and reference data: {probe_s:.1f} s")
         warm_s = wait_ready(ev)
+        note(f"first worker ready: {warm_s:.1f} s")
         start = time.monotonic()
         futures = [ev.submit(src) for _, src in sources]
-        results: list[EvalResult] = [f.result() for f in futures]
+        results: list[EvalResult] = []
+        for (expected, _), future in zip(sources, futures):
+            results.append(future.result())
+            note(f"candidate {len(results)}/{len(sources)}: {results[-1].status.value} (expected {expected}), "
+                 f"{time.monotonic() - start:.1f} s into the turn")
         wall = time.monotonic() - start
     finally:
         ev.close()
@@ -303,6 +317,7 @@ def main() -> int:
     report: dict = {"device": device, "task": f"affine_relu {rows_cols[0]}x{rows_cols[1]} float32",
                     "candidates": len(sources), "quick": quick}
 
+    note(f"{device}: {len(sources)} candidates, {report['task']}")
     if not quick and not args.skip_plain:
         # Side by side, so that both see the same machine.
         solo = LocalEvaluator(load_task(task_file), settings.model_copy(update={"cache_dir": work / "solo"}))
@@ -311,12 +326,17 @@ def main() -> int:
             report["kevin_build_s"] = solo._build(one).compile_s
             report["plain_build_s"] = plain.result()
         solo.close()
+        note(f"one build alone: plain {report['plain_build_s']:.1f} s, kevin-opt {report['kevin_build_s']:.1f} s")
+    note("cold turn")
     report["cold"] = run_turn(task_file, settings, sources)
+    note(f"cold turn: {report['cold']['wall_s']:.1f} s; warm turn")
     report["warm"] = run_turn(task_file, settings, sources)
+    note(f"warm turn: {report['warm']['wall_s']:.1f} s; marginal turns")
     # On cpu the example's turn is the one the 0.6 target is about; on cuda the turn's own task.
     marginal_task, marginal_source = example_kernel(device) if device == "cpu" and not quick else (task_file, one)
     report["marginal_task"] = marginal_task.name
     report["marginal"] = marginal_turns(marginal_task, settings, marginal_source, repeat)
+    note("bare import")
     report["bare_import_s"] = bare_import(repeat)
 
     cold, warm, marginal = report["cold"], report["warm"], report["marginal"]

@@ -81,7 +81,7 @@ class LocalEvaluator:
         self._run_slots = threading.BoundedSemaphore(workers)
         self.pool = WarmPool(self._start_run_worker, size=workers, gate=self.gate, give_up=self._aborted.is_set,
                              prep_limit=Limit(settings.run_timeout_s, f"run_timeout_s = {settings.run_timeout_s:g} s"),
-                             registry=self._workers, room=self._gpu_room)
+                             registry=self._workers, room=self._gpu_room, share_device=self.device == "cuda")
         self._room_checked = (0.0, True)
         # Waiting workers exit when their pipe closes; this stops them sooner, and at exit.
         self._finalizer = weakref.finalize(self, _close_quietly, self.pool, self.scratch)

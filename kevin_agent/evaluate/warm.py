@@ -9,11 +9,16 @@ had its candidate exits; none is ever given a second one, and none has run model
 How many wait: as many as candidates will need one soon (submitted and not yet given a
 worker), at least one while the evaluator is open, at most ``size``; on cuda also only while
 the GPU has room for another (each holds a CUDA context, about 500 MB, and the task's data).
-A worker getting ready is stopped while a timing runs (``DeviceGate.pausable``).
+While a timing runs nothing else may load the machine. On the cpu device a worker getting ready
+is stopped for it (``DeviceGate.pausable``). On cuda it is not: a process stopped inside the CUDA
+driver (making its context, copying the reference data) may hold what the timing's own calls wait
+for, so there a worker gets ready as a sharer of the device (``DeviceGate.shared``): a timing
+waits for it to be ready, and none starts getting ready while a timing runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -32,8 +37,9 @@ class WorkerFailed(Exception):
 class WarmPool:
     def __init__(self, start: Callable[[], WorkerProcess], *, size: int, gate: DeviceGate,
                  give_up: Callable[[], bool], prep_limit: Limit, registry: WorkerSet,
-                 room: Callable[[], bool] = lambda: True) -> None:
+                 room: Callable[[], bool] = lambda: True, share_device: bool = False) -> None:
         self._start, self.size, self._gate, self._give_up = start, size, gate, give_up
+        self._share_device = share_device
         self._prep_limit, self._registry, self._room = prep_limit, registry, room
         self._cond = threading.Condition()
         self._ready: deque[WorkerProcess] = deque()
@@ -102,11 +108,12 @@ class WarmPool:
         worker: WorkerProcess | None = None
         problem = ""
         try:
-            worker = self._start()
-            self._registry.add(worker)
-            self.started += 1
-            with self._gate.pausable(worker.pid):
-                exceeded = worker.follow(limit=lambda _: self._prep_limit, stop_at="candidate")
+            with self._gate.shared(give_up=self._give_up) if self._share_device else contextlib.nullcontext():
+                worker = self._start()
+                self._registry.add(worker)
+                self.started += 1
+                with contextlib.nullcontext() if self._share_device else self._gate.pausable(worker.pid):
+                    exceeded = worker.follow(limit=lambda _: self._prep_limit, stop_at="candidate")
             if worker.waiting_for != "candidate" and not (self._closed or self._give_up()):
                 run = worker.result(exceeded)
                 problem = (run.reply.error if run.reply is not None and run.reply.error else
