@@ -117,9 +117,20 @@ def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
 
 def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, overrides: dict | None = None,
                registry: Registry | None = None) -> Engine:
+    """Open a stored run to continue it. The run is taken first: one driven by a live process is
+    refused (``RunLocked``) before anything is loaded."""
     registry = registry or build_registry()
     root = runs_root or default_runs_root()
     store = RunStore.open(root, run_id)
+    store.take()
+    try:
+        return _resume(store, sink, overrides, registry)
+    except BaseException:
+        store.release()
+        raise
+
+
+def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: Registry) -> Engine:
     info = store.info
     saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
     config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})

@@ -156,6 +156,7 @@ class KevinApp(App[int]):
             return engine.run()
         finally:
             engine.close()
+            engine.store.release()
 
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
         from ..launch import resume_run
