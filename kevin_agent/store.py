@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .errors import RunNotFound
-from .results import RunInfo, TurnRecord
+from .results import BestKernel, RunInfo, TurnRecord
 from .runlock import RunLock, lock_owner
 
 RUN_JSON = "run.json"
@@ -203,8 +203,8 @@ def effective_status(info: RunInfo, run_dir: Path) -> str:
 
 
 def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
-    """Runs under ``root``, newest first, each ``status`` as ``effective_status`` has it;
-    damaged ones are skipped."""
+    """Runs under ``root``, newest first, each with ``status`` as ``effective_status`` has it and
+    ``best`` as it stands; damaged ones are skipped."""
     if not root.is_dir():
         return []
     runs = []
@@ -212,10 +212,14 @@ def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
         if not (run_dir / RUN_JSON).is_file():
             continue
         try:
-            info = read_info(run_dir)
-            info.status = effective_status(info, run_dir)
-            runs.append((info, read_records(run_dir)))
+            info, records = read_info(run_dir), read_records(run_dir)
         except RunNotFound:
             continue
+        recorded, info.status = info.status, effective_status(info, run_dir)
+        if "running" in (recorded, info.status) or info.best is None:
+            # run.json is brought up to date when a run ends; until then (or when it was killed
+            # before it could) the best so far is that of the finished turns.
+            info.best = BestKernel.of(records, run_dir) or info.best
+        runs.append((info, records))
     runs.sort(key=lambda r: r[0].created_at, reverse=True)
     return runs
