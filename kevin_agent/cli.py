@@ -9,6 +9,7 @@ Exit codes are ``errors.ExitCode``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -92,6 +93,9 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     o.add_argument("--headless", action="store_true", help="plain progress on stderr, no terminal UI")
     o.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write a JSON summary")
     _flag(o, "commit", "--no-commit", action="store_false")
+    o.add_argument("--replace", action="store_true",
+                   help="overwrite target files git could not restore (untracked), and a kernel module that "
+                        "claims a better speedup on this device")
     _flag(o, "branch", metavar="NAME")
     _flag(o, "out", type=Path, metavar="PATH")
     _flag(o, "run_dir", type=Path, metavar="DIR")
@@ -181,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(commands.dispatch(args, registry))
     except KevinError as exc:
         return print_error(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("kevin-opt: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        return ExitCode.for_signal(getattr(exc, "signum", signal.SIGINT))
 
 
 if __name__ == "__main__":  # pragma: no cover

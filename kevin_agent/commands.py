@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ast
-import sys
+import signal
 from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, load_config
-from .console import interactive, note, print_error, write_json
+from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
 from .formatting import fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_line
@@ -30,7 +30,7 @@ def dispatch(args, registry: Registry) -> int:
     if args.command == "check":
         return cmd_check(args, registry)
     if args.command == "history":
-        return cmd_history(args)
+        return cmd_history(args, registry)
     if args.command == "show":
         return cmd_show(args)
     raise UsageError(f"unknown command {args.command!r}")
@@ -38,104 +38,69 @@ def dispatch(args, registry: Registry) -> int:
 
 # --- run / resume ------------------------------------------------------------------------------
 def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
-    from .launch import resume_run, start_run
+    """`run FILE` and `resume RUN`: in the TUI on a terminal, else headless; one finish path."""
+    from . import launch
+    from .finish import Outputs
 
-    if not resume:
-        config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
-        if interactive(args):
-            from .tui import run_tui
-
-            return run_tui(config, args.file)
-    printer = ProgressPrinter()
+    outputs = Outputs.from_args(args, registry)
     if resume:
-        engine = resume_run(args.run_id, printer, runs_root=args.run_dir, overrides=config_overrides(args),
-                            registry=registry)
+        # Taken before anything loads: a run another process drives is refused here (exit 2).
+        store = launch.take_run(args.run_id, args.run_dir)
+        overrides = config_overrides(args)
+
+        def start(sink):
+            return launch.resume_run(store, sink, overrides=overrides, registry=registry)
+        run_id, runs_root = store.info.run_id, store.dir.parent
     else:
-        engine = start_run(config, args.file, printer, registry=registry)
-    try:
-        outcome = engine.run()
-    except KeyboardInterrupt:
-        print(f"kevin-opt: interrupted; finished turns are saved. Continue with: kevin-opt resume "
-              f"{engine.store.info.run_id}", file=sys.stderr)
-        return ExitCode.INTERRUPTED
-    except KevinError as exc:
-        # The backend or environment failed mid-run: say so, keep what finished, point at resume.
-        print_error(exc)
-        print(f"kevin-opt: {len(engine.records)} finished turns are saved. Continue with: kevin-opt resume "
-              f"{engine.store.info.run_id}", file=sys.stderr)
-        if args.json_path:
-            summary = run_summary(engine, engine.records)
-            summary.update(exit_code=exc.exit_code, reason="failed", error=exc.message)
-            write_json(args.json_path, summary)
-        return exc.exit_code
-    finally:
-        engine.close()
-    return finish_run(engine, outcome, args, registry)
+        config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
+
+        def start(sink):
+            return launch.start_run(config, args.file, sink, registry=registry)
+        run_id = None
+        runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
+    if interactive(args):
+        from .tui import run_tui
+
+        return run_tui(start, runs_root=runs_root, outputs=outputs, registry=registry, replace=args.replace,
+                       run_id=run_id)
+    return run_headless(start, outputs, registry, replace=args.replace, run_id=run_id)
 
 
-def finish_run(engine, outcome, args, registry: Registry) -> int:
-    """Deliver the best kernel, write the summaries, pick the exit code."""
-    from .delivery import deliver
+def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: str | None) -> int:
+    """Drive a run in this thread with progress on stderr; signals end it through ``interrupts``."""
+    from .finish import Ending, close, execute, make_plan
+    from .interrupts import HeadlessSignals, kill_run_processes
 
-    config: RunConfig = engine.config
-    records = outcome.records
-    info = engine.store.info
-    best = engine.best_turn()
-    summary = run_summary(engine, records)
-    delivery = deliver(engine.task, info, records, config)
-    for note in delivery.notes:
-        print(f"kevin-opt: {note}", file=sys.stderr)
-    if delivery.commit:
-        engine.store.update_info(commit=delivery.commit)
-    summary["commit"] = delivery.commit
-    summary["kernel_module"] = str(delivery.kernel_path) if delivery.kernel_path else None
-    summary["report"] = delivery.report.model_dump(mode="json") if delivery.report else None
-    code = ExitCode.OK if delivery.succeeded(config.commit) else ExitCode.NONE
-    for name, reporter in registry.reporters.items():
-        path = getattr(args, f"reporter_{name}", None)
-        if path is not None:
-            reporter.write(path, info, records, best)
-            print(f"kevin-opt: wrote {path}", file=sys.stderr)
-    summary["exit_code"] = code
-    summary["reason"] = outcome.reason
-    if args.json_path:
-        write_json(args.json_path, summary)
-    return code
-
-
-def run_summary(engine, records: list[TurnRecord]) -> dict[str, Any]:
-    info = engine.store.info
-    best = engine.best_turn()
-    return {
-        "run_id": info.run_id,
-        "task": info.task.path,
-        "device": info.device,
-        "device_name": info.device_name,
-        "backend": info.backend,
-        "model": info.model,
-        "run_dir": str(engine.store.dir),
-        "turns": [
-            {
-                "trajectory": r.trajectory,
-                "turn": r.turn,
-                "parent_trajectory": r.parent_trajectory,
-                "status": r.status.value,
-                "speedup": r.speedup,
-                "runtime_ms": r.eval.runtime.median_ms if r.eval and r.eval.runtime else None,
-                "reference_ms": r.eval.reference.median_ms if r.eval and r.eval.reference else None,
-                "feedback": r.feedback,
-            }
-            for r in sorted(records, key=lambda r: (r.turn, r.trajectory))
-        ],
-        "best": None if best is None else {
-            "trajectory": best.trajectory,
-            "turn": best.turn,
-            "speedup": best.speedup,
-            "speedup_vs_compile": best.eval.speedup_vs_compile if best.eval else None,
-            "kernel_path": str(engine.store.dir / best.kernel_path) if best.kernel_path else None,
-        },
-        "commit": None,
-    }
+    ending = Ending(run_id=run_id)
+    with HeadlessSignals() as signals:
+        try:
+            engine = start(ProgressPrinter())
+        except KeyboardInterrupt as exc:
+            ending.signum = getattr(exc, "signum", signal.SIGINT)
+            return close(ending, outputs, registry)
+        ending.engine = engine
+        try:
+            signals.attach(engine)
+            try:
+                ending.outcome = engine.run()
+            except KevinError as exc:
+                # The backend or environment failed mid-run: the finished turns are kept.
+                ending.error = exc
+            except KeyboardInterrupt as exc:
+                ending.signum = getattr(exc, "signum", signal.SIGINT)
+            finally:
+                signals.detach()
+                engine.close()
+                if engine.aborted:
+                    kill_run_processes()  # a build that started while the abort was under way
+            if signals.signum is not None:
+                ending.signum = signals.signum  # the first signal says how the run ended
+            if ending.wants_delivery():
+                ending.plan, records = make_plan(engine, replace=replace)
+                ending.delivery = execute(engine, ending.plan, records)
+            return close(ending, outputs, registry)
+        finally:
+            engine.store.release()
 
 
 # --- check -------------------------------------------------------------------------------------
@@ -210,30 +175,32 @@ def cmd_check(args, registry: Registry) -> int:
 
 
 # --- history / show ------------------------------------------------------------------------------
-def cmd_history(args) -> int:
+def cmd_history(args, registry: Registry) -> int:
     root = args.run_dir or default_runs_root()
     if interactive(args) and not args.plain and not args.json_out:
         from .tui import history_tui
 
-        return history_tui(root)
+        return history_tui(root, registry)
     runs = list_runs(root)
     if args.json_out:
         import json
 
         print(json.dumps([
             {"run_id": i.run_id, "task": i.task.name, "created_at": i.created_at, "status": i.status,
-             "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None, "commit": i.commit}
+             "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None, "commit": i.commit,
+             "delivery": i.delivery}
             for i, r in runs
         ], indent=2))
         return ExitCode.OK
     if not runs:
         print(f"no runs in {root}")
         return ExitCode.OK
-    print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':>7}")
+    print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':>7}  DELIVERY")
     for info, records in runs:
         total = info.turns * info.trajectories
         print(f"{info.run_id:<40} {info.task.name[:16]:<16} {info.created_at[:19]:<20} {info.status:<14} "
-              f"{len(records):>3}/{total:<3} {fmt_speedup(info.best.speedup if info.best else None):>7}")
+              f"{len(records):>3}/{total:<3} {fmt_speedup(info.best.speedup if info.best else None):>7}  "
+              f"{info.delivery or '-'}")
     return ExitCode.OK
 
 

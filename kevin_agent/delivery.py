@@ -1,69 +1,181 @@
-"""Deliver a run: the kernel module and report next to the task, and the commit.
+"""Deliver a run: the kernel module and its report, written and committed together or not at all.
 
-``plan_delivery`` says what would happen (the TUI shows it before asking); ``deliver`` does
-it. Problems with the repository never raise: the files are written, nothing is committed,
-and the reason goes into ``Delivery.notes``. A file with uncommitted changes is never
-overwritten.
+``plan_delivery`` looks at the targets and the repository once and says what delivering would
+do; that one ``DeliveryPlan`` is what the TUI's question, stderr and the JSON summary show, and
+what ``deliver`` carries out. Problems never raise; they are in the plan or the ``Delivery``.
+
+What is never overwritten: a file with uncommitted changes (a person's edit). What is only
+overwritten with ``--replace`` (or a yes in the TUI): a file git could not restore (untracked,
+or outside a repository), and a module that claims a better kernel on the same device.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from . import gitops
 from .config import RunConfig
 from .errors import GitError
-from .kernel_module import module_stem, render_kernel_module
-from .report import ReportPaths, best_record, render_markdown, report_stem_paths, write_report
+from .kernel_module import KernelClaim, kernel_claim, module_stem, read_claim, render_kernel_module
+from .report import ReportPaths, best_record, report_stem_paths, write_report_files
 from .results import RunInfo, TurnRecord
 from .task import Task
 
-__all__ = ["Delivery", "DeliveryPlan", "best_record", "commit_message", "deliver", "plan_delivery"]
+__all__ = ["Delivery", "DeliveryPlan", "commit_message", "deliver", "plan_delivery"]
+
+Outcome = Literal["committed", "written", "declined", "refused", "nothing"]
 
 
 class DeliveryPlan(BaseModel):
-    """What ``deliver`` would do, for a confirmation dialog."""
+    """What delivering a run's best kernel would do, worked out once."""
 
-    kernel_path: Path
-    report: ReportPaths
-    commit: bool
-    """A commit would be attempted (asked for, inside a repository, no problems found)."""
-    branch: str | None
-    message: str
-    repo_root: Path | None
+    nothing: str | None = None
+    """Why there is nothing to deliver (no verified kernel, or none reaches --min-speedup)."""
+    kernel: KernelClaim | None = None
+    """The kernel to deliver: its speedup, device, run and turn."""
+    kernel_path: Path | None = None
+    report: ReportPaths | None = None
+    states: dict[Path, gitops.TargetState] = Field(default_factory=dict)
+    """What each target path holds now."""
+    commit_wanted: bool = True
+    """Not --no-commit."""
+    commit: bool = False
+    """A commit follows the writing (wanted, inside a repository, no problem found)."""
+    branch: str | None = None
+    message: str = ""
+    repo_root: Path | None = None
     problems: list[str] = Field(default_factory=list)
-    """Why the commit would be refused (dirty target, detached HEAD, ...)."""
-    speedup: float
-    trajectory: int
-    turn: int
+    """Why there will be no commit although one is wanted; the files are still written."""
+    blocked: list[str] = Field(default_factory=list)
+    """Why nothing can be written: a target holds uncommitted changes."""
+    needs_replace: list[str] = Field(default_factory=list)
+    """What only --replace (or a yes) allows: files git could not restore, a better kernel."""
+    replace: bool = False
+    """--replace was given, or the person said yes to what ``needs_replace`` lists."""
+    replaces: KernelClaim | None = None
+    """The kernel the existing module claims, when it claims a better one on the same device."""
 
     @property
     def paths(self) -> list[Path]:
+        if self.kernel_path is None or self.report is None:
+            return []
         return [self.kernel_path, self.report.markdown, self.report.json, self.report.chart]
+
+    @property
+    def trajectory(self) -> int | None:
+        return self.kernel.trajectory if self.kernel else None
+
+    @property
+    def turn(self) -> int | None:
+        return self.kernel.turn if self.kernel else None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.kernel.speedup if self.kernel else None
+
+    @property
+    def writable(self) -> bool:
+        return self.kernel is not None and not self.blocked and (self.replace or not self.needs_replace)
+
+    def allowing_replace(self) -> DeliveryPlan:
+        return self.model_copy(update={"replace": True})
+
+    def question(self) -> tuple[str, str]:
+        """The TUI's question about this plan and its yes button."""
+        if self.needs_replace and not self.replace:
+            return "replace the existing files?", "Replace" + (" and commit" if self.commit else "")
+        return ("commit the best kernel?", "Commit") if self.commit else ("write the best kernel?", "Write")
+
+    def why_not_written(self) -> str:
+        """Why ``deliver`` would write nothing (empty when it would write)."""
+        if self.nothing:
+            return self.nothing
+        if self.blocked:
+            return "; ".join(self.blocked)
+        if self.needs_replace and not self.replace:
+            return "; ".join(self.needs_replace) + ": pass --replace to overwrite"
+        return ""
+
+    def commit_line(self) -> str:
+        if self.commit:
+            where = f"on new branch {self.branch}" if self.branch else "on the current branch"
+            return f"{where} in {self.repo_root}"
+        if not self.commit_wanted:
+            return "no (--no-commit): the files are written only"
+        return "no: " + "; ".join(self.problems)
+
+    def describe(self) -> list[tuple[str, str]]:
+        """The plan in words, as (label, text) lines: the TUI's dialog and stderr both print these."""
+        if self.kernel is None:
+            return [("nothing to deliver", self.nothing or "")]
+        k = self.kernel
+        lines = [("best kernel", f"trajectory {k.trajectory} turn {k.turn}, {k.speedup:.2f}x on {k.device_name}")]
+        lines += [("writes" if i == 0 else "", f"{p} ({_STATE_WORDS[self.states.get(p, 'new')]})")
+                  for i, p in enumerate(self.paths)]
+        if self.replaces is not None:
+            lines.append(("replaces", f"{self.kernel_path.name}, which claims {self.replaces.describe()}"))
+        lines += [("refused", b) for b in self.blocked]
+        lines += [("needs --replace" if not self.replace else "replacing", n) for n in self.needs_replace]
+        lines.append(("commit", self.commit_line()))
+        if self.commit:
+            lines.append(("message", self.message.strip().splitlines()[0]))
+        return lines
+
+
+_STATE_WORDS = {"new": "new file", "clean": "replaces the committed version", "modified": "has uncommitted changes",
+                "untracked": "exists, not tracked by git"}
 
 
 class Delivery(BaseModel):
-    """What ``deliver`` did."""
+    """What ``deliver`` did with a plan."""
 
-    kernel_path: Path | None = None
-    report: ReportPaths | None = None
+    plan: DeliveryPlan
+    outcome: Outcome
+    written: list[Path] = Field(default_factory=list)
     commit: str | None = None
-    """Sha of the commit made, if any (record it in ``RunInfo.commit``)."""
-    committed: bool = False
+    """Sha of the commit made, if any (recorded in ``RunInfo.commit``)."""
     branch: str | None = None
     notes: list[str] = Field(default_factory=list)
-    """What was done, and why something was not."""
-    in_repo: bool = False
-    """The task lies in a git repository (outside one there is nothing to commit into)."""
+    """What was done, and why something was not, one sentence each."""
 
-    def succeeded(self, commit_wanted: bool) -> bool:
-        """The headless contract's success: the kernel was written, and committed when a commit
-        was wanted and possible."""
-        return self.kernel_path is not None and (self.committed or not commit_wanted or not self.in_repo)
+    @property
+    def committed(self) -> bool:
+        return self.outcome == "committed"
+
+    @property
+    def kernel_path(self) -> Path | None:
+        return self.plan.kernel_path if self.written else None
+
+    @property
+    def report(self) -> ReportPaths | None:
+        return self.plan.report if self.written else None
+
+    def succeeded(self) -> bool:
+        """The one success rule (headless and TUI): the kernel and its report were written, and
+        committed unless --no-commit or there is no repository to commit into."""
+        if self.outcome == "committed":
+            return True
+        return self.outcome == "written" and (not self.plan.commit_wanted or self.plan.repo_root is None)
+
+    def headline(self) -> str:
+        """One line for the TUI's header, run.json and `history`."""
+        if self.outcome == "committed":
+            return f"committed {self.commit[:10]} on {self.branch}"
+        if self.outcome == "written":
+            if not self.plan.commit_wanted:
+                return "written, not committed (--no-commit)"
+            if self.plan.repo_root is None:
+                return "written (not in a git repository)"
+            return "written, not committed"
+        if self.outcome == "declined":
+            return "not written (declined)"
+        if self.outcome == "refused":
+            return "not written (refused)"
+        return "nothing to deliver"
 
 
 def commit_message(task: Task, info: RunInfo, best: TurnRecord) -> str:
@@ -82,123 +194,140 @@ def commit_message(task: Task, info: RunInfo, best: TurnRecord) -> str:
     )
 
 
-def _kernel_path(task: Task, config: RunConfig) -> Path:
+def target_paths(task: Task, config: RunConfig) -> tuple[Path, ReportPaths]:
+    """The kernel module (``--out``, or ``<task>_kevin.py`` beside the task) and its report
+    beside it: ``<task>_kevin_report.*``, or ``<out stem>_kevin_report.*`` with ``--out``."""
     if config.out is not None:
-        return Path(config.out).expanduser().absolute()
-    return task.path.parent / f"{module_stem(task)}.py"
-
-
-def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], config: RunConfig) -> DeliveryPlan | None:
-    """None when no verified kernel meets ``config.min_speedup``."""
-    best = best_record(records)
-    if best is None or best.speedup is None or best.speedup < config.min_speedup:
-        return None
-    kernel_path = _kernel_path(task, config)
-    report = report_stem_paths(task.path.parent, task.name)
-    repo = gitops.find_repo(task.path.parent)
-    problems: list[str] = []
-    if repo is None:
-        if config.commit:
-            problems.append(f"{task.path.parent} is not inside a git repository")
+        kernel = Path(config.out).expanduser().absolute()
+        stem = kernel.stem.removesuffix("_kevin")
     else:
-        paths = [kernel_path, report.markdown, report.json, report.chart]
-        try:
-            problems = gitops.committable_problems(repo, paths, branch=config.branch if config.commit else None)
-        finally:
-            repo.close()
-        if not config.commit:
-            # Without a commit only a dirty target matters: it would not be overwritten.
-            problems = [p for p in problems if p.startswith("uncommitted changes")]
-    return DeliveryPlan(
-        kernel_path=kernel_path,
-        report=report,
-        commit=config.commit and repo is not None and not problems,
-        branch=config.branch,
-        message=commit_message(task, info, best),
-        repo_root=Path(repo.working_tree_dir) if repo is not None and repo.working_tree_dir else None,
-        problems=problems,
-        speedup=best.speedup,
-        trajectory=best.trajectory,
-        turn=best.turn,
-    )
+        kernel = task.path.parent / f"{module_stem(task)}.py"
+        stem = task.name
+    return kernel, report_stem_paths(kernel.parent, stem)
 
 
-def write_step_summary(markdown: str) -> bool:
-    """Append to ``$GITHUB_STEP_SUMMARY`` when it is set (GitHub Actions)."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return False
-    with open(target, "a", encoding="utf-8") as fh:
-        fh.write(markdown.rstrip("\n") + "\n\n")
-    return True
-
-
-def deliver(task: Task, info: RunInfo, records: Sequence[TurnRecord], config: RunConfig) -> Delivery:
-    """Write the kernel module and the report, then commit them unless told not to."""
-    plan = plan_delivery(task, info, records, config)
-    if plan is None:
-        write_step_summary(render_markdown(info, records))
-        best = best_record(records)
-        why = (
-            "no turn produced a verified kernel"
-            if best is None
-            else f"the best verified kernel reached {best.speedup:.2f}x, below --min-speedup {config.min_speedup:.2f}x"
-        )
-        return Delivery(notes=[f"{why}: nothing written, nothing committed"])
-
+def nothing_to_deliver(records: Sequence[TurnRecord], min_speedup: float) -> str | None:
     best = best_record(records)
-    assert best is not None  # plan_delivery found one
-    repo = gitops.find_repo(task.path.parent)
+    if best is None or best.speedup is None:
+        return "no turn produced a verified kernel"
+    if best.speedup < min_speedup:
+        return f"the best verified kernel reached {best.speedup:.2f}x, below --min-speedup {min_speedup:.2f}x"
+    return None
+
+
+def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], config: RunConfig, *,
+                  replace: bool = False) -> DeliveryPlan:
+    """What delivering the best of ``records`` would do; ``deliver`` takes the same records."""
+    nothing = nothing_to_deliver(records, config.min_speedup)
+    if nothing is not None:
+        return DeliveryPlan(nothing=nothing, commit_wanted=config.commit)
+    best = best_record(records)
+    kernel_path, report = target_paths(task, config)
+    plan = DeliveryPlan(kernel=kernel_claim(best, info), kernel_path=kernel_path, report=report,
+                        commit_wanted=config.commit, branch=config.branch, message=commit_message(task, info, best),
+                        replace=replace)
+    repo = gitops.find_repo(kernel_path.parent)
     try:
-        return _write_and_commit(task, info, records, config, plan, best, repo)
+        plan.states = gitops.path_states(repo, plan.paths)
+        if repo is not None:
+            plan.repo_root = Path(repo.working_tree_dir) if repo.working_tree_dir else None
+            if config.commit:
+                plan.problems = gitops.commit_problems(repo, plan.paths, branch=config.branch)
+        elif config.commit:
+            plan.problems = [f"{kernel_path.parent} is not inside a git repository"]
     finally:
         if repo is not None:
             repo.close()  # GitPython keeps `git cat-file` processes per Repo
+    _judge_targets(plan)
+    plan.commit = config.commit and plan.repo_root is not None and not plan.problems
+    return plan
 
 
-def _write_and_commit(task: Task, info: RunInfo, records: Sequence[TurnRecord], config: RunConfig,
-                      plan: DeliveryPlan, best: TurnRecord, repo) -> Delivery:
-    keep: set[Path] = set()
-    if repo is not None and not repo.bare:
-        gitops.ensure_excluded(repo)
-        keep = _dirty_targets(repo, plan.paths)
+def _judge_targets(plan: DeliveryPlan) -> None:
+    modified = [p for p, s in plan.states.items() if s == "modified"]
+    if modified:
+        plan.blocked.append("uncommitted changes in " + ", ".join(map(str, modified))
+                            + ": commit, stash or discard them first (they are never overwritten)")
+    untracked = [p for p, s in plan.states.items() if s == "untracked"]
+    if untracked:
+        plan.needs_replace.append(", ".join(map(str, untracked)) + " already exist and git could not restore them")
+    existing = read_claim(plan.kernel_path) if plan.states.get(plan.kernel_path) != "new" else None
+    k = plan.kernel
+    if existing is not None and existing.same_device(k.device, k.device_name) and existing.speedup > k.speedup:
+        plan.replaces = existing
+        plan.needs_replace.append(f"{plan.kernel_path} claims {existing.describe()}, better than this run's "
+                                  f"{k.speedup:.2f}x")
 
-    delivery = Delivery(in_repo=repo is not None)
-    notes = delivery.notes
-    if plan.kernel_path not in keep:
-        plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
-        module = render_kernel_module(task, best, info, stem=plan.kernel_path.stem)
-        plan.kernel_path.write_text(module, encoding="utf-8")
-        delivery.kernel_path = plan.kernel_path
-    if not keep.intersection((plan.report.markdown, plan.report.json, plan.report.chart)):
-        delivery.report = write_report(info, records, plan.report.markdown.parent, task.name)
-    write_step_summary(render_markdown(info, records))
 
-    written = [delivery.kernel_path, *(delivery.report.model_dump().values() if delivery.report else [])]
-    if any(written):
-        notes.append("wrote " + ", ".join(str(p) for p in written if p))
-    if keep:
-        notes.append("not overwritten (uncommitted changes): " + ", ".join(str(p) for p in sorted(keep)))
-    if not config.commit:
-        notes.append("not committed (--no-commit)")
-    if plan.problems:
-        notes.append("not committed: " + "; ".join(plan.problems))
-    if not plan.commit or repo is None:
-        return delivery
+def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord], *,
+            declined: bool = False) -> Delivery:
+    """Carry the plan out with the records it was made from: write the module and its report
+    (all or none), then commit exactly those files. ``declined``: the person said no; nothing
+    is touched."""
+    if plan.kernel is None:
+        return Delivery(plan=plan, outcome="nothing", notes=[f"{plan.nothing}: nothing written, nothing committed"])
+    if declined:
+        return Delivery(plan=plan, outcome="declined", notes=[
+            "declined: nothing written, nothing committed; the kernel stays in the run directory"])
+    if not plan.writable:
+        return Delivery(plan=plan, outcome="refused", notes=[f"not written: {plan.why_not_written()}"])
+    best = best_record(records)
+    if best is None or (best.trajectory, best.turn) != (plan.kernel.trajectory, plan.kernel.turn):
+        raise ValueError("deliver() needs the records the plan was made from")
+    repo = gitops.find_repo(plan.kernel_path.parent)
     try:
-        result = gitops.commit_paths(repo, plan.paths, plan.message, branch=config.branch)
-    except GitError as exc:
-        notes.append(f"not committed: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        # The plan may have waited on a question: a target edited since then is not overwritten.
+        now = gitops.path_states(repo, plan.paths)
+        changed = [str(p) for p in plan.paths if now[p] != plan.states[p]]
+        if changed:
+            return Delivery(plan=plan, outcome="refused", notes=[
+                f"not written: {', '.join(changed)} changed since the plan was made; deliver again"])
+        delivery = _write(plan, task, info, records, best)
+        if plan.commit and repo is not None:
+            _commit(delivery, repo)
+        elif not plan.commit_wanted:
+            _left_uncommitted(delivery, "--no-commit")
+        else:
+            _left_uncommitted(delivery, "; ".join(plan.problems))
         return delivery
-    delivery.commit, delivery.committed, delivery.branch = result.sha, True, result.branch
-    notes.append(f"committed {result.sha[:12]} on {result.branch}: {', '.join(result.paths)}")
+    finally:
+        if repo is not None:
+            repo.close()
+
+
+def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord],
+           best: TurnRecord) -> Delivery:
+    plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
+    plan.kernel_path.write_text(render_kernel_module(task, best, info, stem=plan.kernel_path.stem), encoding="utf-8")
+    write_report_files(info, records, plan.report)
+    delivery = Delivery(plan=plan, outcome="written", written=plan.paths)
+    delivery.notes.append("wrote " + ", ".join(map(str, plan.paths)))
+    if plan.replaces is not None:
+        delivery.notes.append(f"replaced {plan.kernel_path.name}, which claimed {plan.replaces.describe()}")
     return delivery
 
 
-def _dirty_targets(repo, paths: Sequence[Path]) -> set[Path]:
-    """Targets inside the repository with uncommitted changes: never overwritten."""
-    root = Path(repo.working_tree_dir).resolve()
-    inside = [p for p in paths if p.resolve().is_relative_to(root)]
-    rels, _ = gitops.relpaths(repo, inside)
-    dirty = set(gitops.dirty_paths(repo, rels))
-    return {p for p, rel in zip(inside, rels) if rel in dirty}
+def _left_uncommitted(delivery: Delivery, why: str) -> None:
+    """Say that the written files are not committed, why, and which of them git does not track."""
+    plan = delivery.plan
+    fresh = [p.name for p in plan.paths if plan.states[p] in ("new", "untracked")]
+    if plan.repo_root is None:
+        state = ""
+    elif len(fresh) == len(plan.paths):
+        state = "; the files are untracked"
+    elif fresh:
+        state = f"; {', '.join(fresh)} untracked, the others modified"
+    else:
+        state = "; the files are modified, not committed"
+    delivery.notes.append(f"not committed: {why}{state}")
+
+
+def _commit(delivery: Delivery, repo) -> None:
+    plan = delivery.plan
+    try:
+        result = gitops.commit_paths(repo, plan.paths, plan.message, branch=plan.branch)
+    except GitError as exc:
+        _left_uncommitted(delivery, exc.message + (f" ({exc.hint})" if exc.hint else ""))
+        return
+    delivery.outcome, delivery.commit, delivery.branch = "committed", result.sha, result.branch
+    delivery.notes.append(f"committed {result.sha[:12]} on {result.branch}: {', '.join(result.paths)}")

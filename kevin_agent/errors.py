@@ -59,6 +59,16 @@ class RunNotFound(KevinError):
     """A run id that is not in the run store."""
 
 
+class RunLocked(KevinError):
+    """The run is driven by another live process: two owners would write the same turns twice."""
+
+    @classmethod
+    def held_by(cls, run_id: str, owner) -> RunLocked:
+        return cls(f"run {run_id} is running in {owner.describe()}",
+                   f"wait for it to end, or stop it first (kill -INT {owner.pid}); then resume it"
+                   if owner.pid else "wait for it to end, then resume it")
+
+
 class EnvironmentUnavailable(KevinError):
     """The environment cannot run this (no GPU, no compiler, backend not installed)."""
 

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 # GitPython refuses to import without a git executable; without one there is simply no
 # repository to commit to, which find_repo reports as None.
@@ -87,19 +88,40 @@ def relpaths(repo: git.Repo, paths: Sequence[Path]) -> tuple[list[str], list[str
     return rels, problems
 
 
-def dirty_paths(repo: git.Repo, rels: Sequence[str]) -> list[str]:
-    """Tracked paths among ``rels`` whose index or working-tree content differs from HEAD."""
-    if not rels:
-        return []
-    out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=no", "--", *rels, env=LITERAL)
-    found, tokens = set(), iter(out.split("\0"))
-    for entry in tokens:
-        if len(entry) < 4:
-            continue
-        found.add(entry[3:])
-        if entry[0] in "RC":  # a rename's source follows as its own token
-            found.add(next(tokens, ""))
-    return [r for r in rels if r in found]
+TargetState = Literal["new", "clean", "modified", "untracked"]
+"""What a path the tool would write holds now: nothing (``new``); what HEAD has, so git can
+restore it (``clean``); uncommitted changes, staged or not, deletion included (``modified``);
+a file git does not track or ignores, which nothing could restore (``untracked``)."""
+
+
+def path_states(repo: git.Repo | None, paths: Sequence[Path]) -> dict[Path, TargetState]:
+    """The state of each path (inside ``repo``'s work tree, or anywhere when ``repo`` is None),
+    from one ``git status``."""
+    rel_of: dict[Path, str] = {}
+    if repo is not None and not repo.bare:
+        root = Path(repo.working_tree_dir).resolve()
+        for p in paths:
+            if Path(p).resolve().is_relative_to(root):
+                rel_of[p] = Path(p).resolve().relative_to(root).as_posix()
+    found: dict[str, str] = {}
+    if rel_of:
+        out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", "--ignored=matching",
+                              "--", *rel_of.values(), env=LITERAL)
+        tokens = iter(out.split("\0"))
+        for entry in tokens:
+            if len(entry) < 4:
+                continue
+            found[entry[3:]] = entry[:2]
+            if entry[0] in "RC":  # a rename's source follows as its own token, and changed too
+                found[next(tokens, "")] = "R "
+    states: dict[Path, TargetState] = {}
+    for p in paths:
+        code = found.get(rel_of[p]) if p in rel_of else "??"
+        if code in ("??", "!!"):
+            states[p] = "untracked" if Path(p).exists() else "new"
+        else:
+            states[p] = "modified" if code is not None else "clean" if Path(p).exists() else "new"
+    return states
 
 
 def state_problems(repo: git.Repo, *, branch: str | None = None) -> list[str]:
@@ -125,30 +147,13 @@ def state_problems(repo: git.Repo, *, branch: str | None = None) -> list[str]:
     return problems
 
 
-def committable_problems(repo: git.Repo, paths: Sequence[Path], *, branch: str | None = None) -> list[str]:
-    """Every reason a commit of ``paths`` would be refused, checked before the files are written."""
+def commit_problems(repo: git.Repo, paths: Sequence[Path], *, branch: str | None = None) -> list[str]:
+    """Why a commit of ``paths`` would be refused by the repository's state (empty: it would
+    not). What the paths hold is ``path_states``'s business."""
     problems = state_problems(repo, branch=branch)
-    if repo.bare:
-        return problems
-    rels, outside = relpaths(repo, paths)
-    problems += outside
-    dirty = dirty_paths(repo, rels)
-    if dirty:
-        problems.append(
-            "uncommitted changes in " + ", ".join(dirty)
-            + ": commit, stash or discard them first (they are never overwritten)"
-        )
+    if not repo.bare:
+        problems += relpaths(repo, paths)[1]
     return problems
-
-
-def check_committable(repo: git.Repo, paths: Sequence[Path], *, branch: str | None = None) -> None:
-    """Raise ``GitError`` naming every reason a commit of ``paths`` would be refused.
-
-    Call it before writing the files: afterwards the targets differ from HEAD by design.
-    """
-    problems = committable_problems(repo, paths, branch=branch)
-    if problems:
-        raise GitError("cannot commit: " + "; ".join(problems), "the files are written; nothing was committed")
 
 
 # --- the commit --------------------------------------------------------------------------
@@ -181,9 +186,8 @@ def _hook_failed(name: str, output: str) -> GitError:
 def commit_paths(repo: git.Repo, paths: Sequence[Path], message: str, *, branch: str | None = None) -> CommitResult:
     """Commit exactly ``paths`` (as they are in the working tree) on HEAD's branch, or on the
     new branch ``branch`` created from HEAD without switching the checkout."""
-    problems = state_problems(repo, branch=branch)
-    rels, outside = relpaths(repo, paths) if not repo.bare else ([], [])
-    problems += outside
+    problems = commit_problems(repo, paths, branch=branch)
+    rels = relpaths(repo, paths)[0] if not repo.bare else []
     if problems:
         raise GitError("cannot commit: " + "; ".join(problems), "the files are written; nothing was committed")
     parent = None if not repo.head.is_valid() else repo.head.commit.hexsha

@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from . import __version__
+from . import __version__, gitops
 from .config import RunConfig, load_config
 from .errors import ConfigError, TaskError
 from .events import Notice
@@ -69,6 +69,19 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
         raise
 
 
+def _keep_out_of_git(runs_root: Path) -> None:
+    """The default run store sits in the person's repository; ``git status`` never shows it."""
+    repo = gitops.find_repo(runs_root)
+    if repo is None or repo.bare:
+        return
+    try:
+        gitops.ensure_excluded(repo)
+    except (OSError, gitops.git.GitCommandError):
+        pass  # only cosmetic: the run goes on
+    finally:
+        repo.close()
+
+
 def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None) -> Engine:
     registry = registry or build_registry()
     # A mistyped name fails before anything is loaded.
@@ -96,6 +109,8 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         backend.close()
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
+    if config.run_dir is None:
+        _keep_out_of_git(root)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
                   check=registry.check, search=make_search(config), start_note=note,
                   overlap_generation=overlaps)
@@ -115,11 +130,28 @@ def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
     return config.model_copy(update={"trajectories": trajectories}), note
 
 
-def resume_run(run_id: str, sink: EventSink, *, runs_root: Path | None = None, overrides: dict | None = None,
-               registry: Registry | None = None) -> Engine:
+def take_run(run_id: str, runs_root: Path | None = None) -> RunStore:
+    """The stored run, owned by this process: one driven by a live process is refused
+    (``RunLocked``, exit 2) before anything is loaded."""
+    store = RunStore.open(runs_root or default_runs_root(), run_id)
+    store.take()
+    return store
+
+
+def resume_run(run: str | RunStore, sink: EventSink, *, runs_root: Path | None = None,
+               overrides: dict | None = None, registry: Registry | None = None) -> Engine:
+    """Continue a stored run (a run id, or a store ``take_run`` gave). If it cannot be
+    continued, the run is given up again."""
     registry = registry or build_registry()
-    root = runs_root or default_runs_root()
-    store = RunStore.open(root, run_id)
+    store = run if isinstance(run, RunStore) else take_run(run, runs_root)
+    try:
+        return _resume(store, sink, overrides, registry)
+    except BaseException:
+        store.release()
+        raise
+
+
+def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: Registry) -> Engine:
     info = store.info
     saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
     config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})

@@ -363,8 +363,11 @@ def plot_speedups(records: Sequence[TurnRecord], path: Path) -> None:
 
 def write_report(info: RunInfo, records: Sequence[TurnRecord], out_dir: Path, stem: str) -> ReportPaths:
     """Write ``<stem>_kevin_report.md``, ``.json`` and ``.png`` into ``out_dir``."""
-    paths = report_stem_paths(out_dir, stem)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    return write_report_files(info, records, report_stem_paths(out_dir, stem))
+
+
+def write_report_files(info: RunInfo, records: Sequence[TurnRecord], paths: ReportPaths) -> ReportPaths:
+    paths.markdown.parent.mkdir(parents=True, exist_ok=True)
     plot_speedups(records, paths.chart)
     paths.markdown.write_text(render_markdown(info, records, paths.chart.name), encoding="utf-8")
     paths.json.write_text(json.dumps(build_report_data(info, records), indent=2) + "\n", encoding="utf-8")

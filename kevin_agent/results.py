@@ -307,3 +307,6 @@ class RunInfo(BaseModel):
     best: BestKernel | None = None
     commit: str | None = None
     """Sha of the commit the tool made for this run, if any."""
+    delivery: str | None = None
+    """What delivering the best kernel did, in words ("committed 3d405aa17a on main",
+    "written, not committed (--no-commit)", "not written (declined)", ...)."""

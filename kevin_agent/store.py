@@ -3,6 +3,9 @@
 ``turns.jsonl`` is append-only: one line per finished turn, flushed and fsynced before the
 turn is reported, so a killed run loses at most the turn in flight and ``resume`` picks up
 after the last line. A torn last line (killed mid-write) is ignored on read.
+
+One process owns a run at a time (``runlock``): the store that drives a run holds its lock,
+and a run recorded as "running" that no live process holds is shown as "interrupted".
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .errors import RunNotFound
-from .results import RunInfo, TurnRecord
+from .results import BestKernel, RunInfo, TurnRecord
+from .runlock import RunLock, lock_owner
 
 RUN_JSON = "run.json"
 TURNS_JSONL = "turns.jsonl"
@@ -67,16 +71,35 @@ class RunStore:
     def __init__(self, run_dir: Path, info: RunInfo) -> None:
         self.dir = run_dir
         self.info = info
+        self.lock: RunLock | None = None
+        """Held while this process drives the run."""
 
     # --- creation and lookup -------------------------------------------------------------
     @classmethod
     def create(cls, root: Path, info: RunInfo) -> RunStore:
+        """A new run directory, owned by this process (the lock is taken before run.json
+        says "running", so no reader ever sees it unowned)."""
         run_dir = root / info.run_id
         (run_dir / KERNELS).mkdir(parents=True, exist_ok=False)
         store = cls(run_dir, info)
-        store.save_info()
-        (run_dir / TURNS_JSONL).touch()
+        store.take()
+        try:
+            store.save_info()
+            (run_dir / TURNS_JSONL).touch()
+        except BaseException:
+            store.release()
+            raise
         return store
+
+    # --- ownership ---------------------------------------------------------------------------
+    def take(self) -> None:
+        """Own the run; ``RunLocked`` (exit 2) names the live process that already does."""
+        if self.lock is None or not self.lock.held:
+            self.lock = RunLock.acquire(self.dir, self.info.run_id)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     @classmethod
     def open(cls, root: Path, run_id: str) -> RunStore:
@@ -170,8 +193,18 @@ def read_records(run_dir: Path, *, finished_only: bool = True) -> list[TurnRecor
     return records
 
 
+def effective_status(info: RunInfo, run_dir: Path) -> str:
+    """The run's status as it is now: "running" exactly while a live process holds the run; one
+    recorded as running that no process holds was killed (``kill -9``, a crash) and is
+    "interrupted"."""
+    if lock_owner(run_dir) is not None:
+        return "running"
+    return "interrupted" if info.status == "running" else info.status
+
+
 def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
-    """Runs under ``root``, newest first; damaged ones are skipped."""
+    """Runs under ``root``, newest first, each with ``status`` as ``effective_status`` has it and
+    ``best`` as it stands; damaged ones are skipped."""
     if not root.is_dir():
         return []
     runs = []
@@ -179,8 +212,14 @@ def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
         if not (run_dir / RUN_JSON).is_file():
             continue
         try:
-            runs.append((read_info(run_dir), read_records(run_dir)))
+            info, records = read_info(run_dir), read_records(run_dir)
         except RunNotFound:
             continue
+        recorded, info.status = info.status, effective_status(info, run_dir)
+        if "running" in (recorded, info.status) or info.best is None:
+            # run.json is brought up to date when a run ends; until then (or when it was killed
+            # before it could) the best so far is that of the finished turns.
+            info.best = BestKernel.of(records, run_dir) or info.best
+        runs.append((info, records))
     runs.sort(key=lambda r: r[0].created_at, reverse=True)
     return runs

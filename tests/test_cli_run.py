@@ -38,10 +38,19 @@ def test_script_running_out_keeps_finished_turns_and_exits_3(tmp_path):
 
 def test_no_verified_kernel_exits_1_and_show_prints_the_turn(tmp_path):
     script = write_script(tmp_path / "r.jsonl", CHEAT, NO_CODE)
+    step_summary = tmp_path / "step-summary.md"
+    step_summary.write_text("earlier step\n")
     proc = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "2",
-                 "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json")
+                 "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json",
+                 env={"GITHUB_STEP_SUMMARY": str(step_summary)})
     assert proc.returncode == 1, proc.stderr
-    assert "no turn produced a verified kernel" in proc.stderr
+    assert "no turn produced a verified kernel: nothing written, nothing committed" in proc.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["delivery"]["outcome"] == "nothing" and summary["exit_code"] == 1
+    # CI sees what happened in the job summary, appended after what was there.
+    text = step_summary.read_text()
+    assert text.startswith("earlier step\n# kevin-opt report: softmax") and "| 1 | check failed |" in text
+    assert "![" not in text  # the chart cannot be shown there
     run_id = json.loads((tmp_path / "s.json").read_text())["run_id"]
     show = kevin("show", run_id, "--turn", "1", "--run-dir", tmp_path / "runs")
     assert show.returncode == 0

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.config import RunConfig
-from kevin_agent.delivery import commit_message, deliver, plan_delivery
+from kevin_agent.delivery import Delivery, commit_message, deliver, plan_delivery
+from kevin_agent.kernel_module import read_claim, render_kernel_module
 from kevin_agent.results import Status
 
 from .conftest import git_init
@@ -23,6 +24,12 @@ def git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def deliver_now(task, records, config: RunConfig, *, replace: bool = False, **info_changes) -> Delivery:
+    """Plan, then carry the plan out, as the finish path does."""
+    info = run_info(task, **info_changes)
+    return deliver(plan_delivery(task, info, records, config, replace=replace), task, info, records)
 
 
 @pytest.fixture
@@ -38,20 +45,21 @@ def project(tmp_path):
 def test_deliver_writes_and_commits(project):
     root, task = project
     (root / "notes.md").write_text("notes\nunstaged\n")
-    info = run_info(task)
-    d = deliver(task, info, sample_records(), RunConfig())
-    assert d.committed and d.commit == git(root, "rev-parse", "HEAD").strip()
+    d = deliver_now(task, sample_records(), RunConfig())
+    assert d.committed and d.commit == git(root, "rev-parse", "HEAD").strip() and d.succeeded()
     assert d.kernel_path == task.path.parent / "my_relu_kevin.py"
     committed = sorted(git(root, "show", "--name-only", "--format=", "HEAD").split())
     assert committed == sorted(f"layers/{n}" for n in OUTPUTS)
     assert git(root, "log", "-1", "--format=%s").strip() == "kevin-opt: my_relu MyRelu kernel, 1.83x faster on Test CPU 9000"
     assert "Kevin-Speedup: 1.83x eager, 1.21x torch.compile" in git(root, "log", "-1", "--format=%B")
     assert git(root, "status", "--porcelain").splitlines() == [" M notes.md"]
-    assert ".kevin/" in (root / ".git" / "info" / "exclude").read_text().splitlines()
     assert d.report.markdown.read_text().startswith("# kevin-opt report: my_relu")
     assert any(n.startswith("committed ") and "on main" in n for n in d.notes)
-    # The delivered module is the best turn's source with its header.
+    assert d.headline() == f"committed {d.commit[:10]} on main"
+    # The delivered module is the best turn's source with its header, which says what it claims.
     assert (task.path.parent / "my_relu_kevin.py").read_text().endswith(sample_records()[4].code)
+    claim = read_claim(task.path.parent / "my_relu_kevin.py")
+    assert (claim.speedup, claim.device, claim.device_name, claim.turn) == (1.83, "cpu", "Test CPU 9000", 3)
 
 
 def test_commit_message_without_compile_timing(tmp_path):
@@ -62,20 +70,21 @@ def test_commit_message_without_compile_timing(tmp_path):
                                      "Kevin-Speedup: 2.50x eager"]
 
 
-def test_no_commit_writes_files_only(project):
+def test_no_commit_writes_files_only_and_says_they_are_untracked(project):
     root, task = project
     head = git(root, "rev-parse", "HEAD")
-    d = deliver(task, run_info(task), sample_records(), RunConfig(commit=False))
-    assert not d.committed and d.commit is None
+    d = deliver_now(task, sample_records(), RunConfig(commit=False))
+    assert not d.committed and d.commit is None and d.succeeded()
     assert git(root, "rev-parse", "HEAD") == head
     assert all((task.path.parent / n).exists() for n in OUTPUTS)
-    assert "not committed (--no-commit)" in d.notes
+    assert d.notes[-1] == "not committed: --no-commit; the files are untracked"
+    assert d.headline() == "written, not committed (--no-commit)"
 
 
 def test_branch_delivery(project):
     root, task = project
     head = git(root, "rev-parse", "HEAD")
-    d = deliver(task, run_info(task), sample_records(), RunConfig(branch="kevin/relu"))
+    d = deliver_now(task, sample_records(), RunConfig(branch="kevin/relu"))
     assert d.committed and d.branch == "kevin/relu"
     assert git(root, "rev-parse", "HEAD") == head
     assert git(root, "symbolic-ref", "--short", "HEAD").strip() == "main"
@@ -84,64 +93,117 @@ def test_branch_delivery(project):
 
 def test_outside_a_repository(tmp_path):
     task = write_task(tmp_path / "plain")
-    d = deliver(task, run_info(task), sample_records(), RunConfig())
-    assert not d.committed
+    d = deliver_now(task, sample_records(), RunConfig())
+    assert not d.committed and d.succeeded()  # there is nothing to commit into
     assert all((task.path.parent / n).exists() for n in OUTPUTS)
     assert any("is not inside a git repository" in n for n in d.notes), d.notes
+    # A second run would overwrite files nothing could restore: only with --replace.
+    again = deliver_now(task, sample_records() + [correct(0, 4, 2.5)], RunConfig())
+    assert again.outcome == "refused" and "git could not restore" in again.notes[0] and "--replace" in again.notes[0]
+    assert read_claim(task.path.parent / "my_relu_kevin.py").speedup == 1.83
+    assert deliver_now(task, sample_records() + [correct(0, 4, 2.5)], RunConfig(), replace=True).succeeded()
+    assert read_claim(task.path.parent / "my_relu_kevin.py").speedup == 2.5
 
 
-def test_below_min_speedup_writes_nothing(project, monkeypatch, tmp_path):
+def test_below_min_speedup_writes_nothing(project):
     root, task = project
-    summary = tmp_path / "summary.md"
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     config = RunConfig(min_speedup=2.0)
-    assert plan_delivery(task, run_info(task), sample_records(), config) is None
-    d = deliver(task, run_info(task), sample_records(), config)
-    assert d.kernel_path is None and not d.committed
+    plan = plan_delivery(task, run_info(task), sample_records(), config)
+    assert plan.kernel is None and plan.paths == []
+    d = deliver(plan, task, run_info(task), sample_records())
+    assert d.outcome == "nothing" and d.kernel_path is None and not d.committed and not d.succeeded()
     assert d.notes == ["the best verified kernel reached 1.83x, below --min-speedup 2.00x: nothing written, nothing committed"]
     assert not any((task.path.parent / n).exists() for n in OUTPUTS)
-    assert "# kevin-opt report: my_relu" in summary.read_text()  # CI still sees what happened
     only_failures = [failed(0, 1, Status.COMPILE_ERROR, "boom")]
-    assert deliver(task, run_info(task), only_failures, RunConfig()).notes[0].startswith("no turn produced a verified kernel")
+    assert deliver_now(task, only_failures, RunConfig()).notes[0].startswith("no turn produced a verified kernel")
 
 
-def test_step_summary_is_appended(project, monkeypatch, tmp_path):
+def test_a_dirty_target_stops_the_whole_delivery(project):
+    """The module and its report are written together or not at all: one edited file keeps all four."""
     root, task = project
-    summary = tmp_path / "summary.md"
-    summary.write_text("earlier step\n")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    deliver(task, run_info(task), sample_records(), RunConfig(commit=False))
-    text = summary.read_text()
-    assert text.startswith("earlier step\n# kevin-opt report: my_relu")
-    assert "| 3 | **1.83x** (best) | check failed |" in text
-    assert "![" not in text  # the chart cannot be shown there
-
-
-def test_dirty_target_is_not_overwritten(project):
-    root, task = project
-    deliver(task, run_info(task), sample_records(), RunConfig())
+    deliver_now(task, sample_records(), RunConfig())
     kernel = task.path.parent / "my_relu_kevin.py"
     kernel.write_text("# the person's own edit\n")
+    before = {n: (task.path.parent / n).read_bytes() for n in OUTPUTS}
     head = git(root, "rev-parse", "HEAD")
     records = sample_records() + [correct(0, 4, 2.5)]
-    plan = plan_delivery(task, run_info(task), records, RunConfig())
-    assert not plan.commit and any("uncommitted changes in layers/my_relu_kevin.py" in p for p in plan.problems)
-    d = deliver(task, run_info(task), records, RunConfig())
-    assert kernel.read_text() == "# the person's own edit\n"  # nothing lost
-    assert d.kernel_path is None and not d.committed
+    plan = plan_delivery(task, run_info(task), records, RunConfig(), replace=True)  # --replace does not cover it
+    assert not plan.writable and any("uncommitted changes in" in b and "my_relu_kevin.py" in b for b in plan.blocked)
+    d = deliver(plan, task, run_info(task), records)
+    assert d.outcome == "refused" and not d.succeeded() and d.kernel_path is None
+    assert {n: (task.path.parent / n).read_bytes() for n in OUTPUTS} == before  # nothing lost, nothing mixed
     assert git(root, "rev-parse", "HEAD") == head
-    assert any("not overwritten (uncommitted changes)" in n and "my_relu_kevin.py" in n for n in d.notes)
-    assert '"speedup": 2.5' in d.report.json.read_text()  # the clean report files are refreshed
+    assert "uncommitted changes in" in d.notes[0] and "never overwritten" in d.notes[0]
+
+
+def test_an_untracked_target_is_replaced_only_when_asked(project):
+    root, task = project
+    scratch = task.path.parent / "my_relu_kevin_report.md"
+    scratch.write_text("my notes, not in git\n")
+    plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
+    assert plan.states[scratch] == "untracked" and not plan.writable
+    assert plan.question() == ("replace the existing files?", "Replace and commit")
+    assert dict(plan.describe())["needs --replace"].startswith(f"{scratch} already exist")
+    d = deliver(plan, task, run_info(task), sample_records())
+    assert d.outcome == "refused" and scratch.read_text() == "my notes, not in git\n"
+    assert not (task.path.parent / "my_relu_kevin.py").exists()
+    d = deliver(plan.allowing_replace(), task, run_info(task), sample_records())  # the TUI's "Replace"
+    assert d.committed and scratch.read_text().startswith("# kevin-opt report")
+
+
+def test_a_better_kernel_is_never_replaced_silently(project):
+    root, task = project
+    better = sample_records() + [correct(0, 4, 2.38)]
+    first = deliver_now(task, better, RunConfig(), run_id="20250101-120000-my-relu-best")
+    kernel = task.path.parent / "my_relu_kevin.py"
+    committed = kernel.read_text()
+    head = git(root, "rev-parse", "HEAD")
+    # A later run on the same device finds only 1.83x.
+    plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
+    assert plan.replaces is not None and plan.replaces.speedup == 2.38 and not plan.writable
+    assert "claims 2.38x on Test CPU 9000 (run 20250101-120000-my-relu-best, turn 4)" in plan.needs_replace[0]
+    d = deliver(plan, task, run_info(task), sample_records())
+    assert d.outcome == "refused" and "pass --replace" in d.notes[0]
+    assert kernel.read_text() == committed and git(root, "rev-parse", "HEAD") == head
+    # On another device the numbers do not compare: the module is replaced.
+    other = plan_delivery(task, run_info(task, device_name="Other CPU"), [
+        r.model_copy(update={"eval": r.eval.model_copy(update={"device_name": "Other CPU"})}) if r.eval else r
+        for r in sample_records()], RunConfig())
+    assert other.replaces is None and other.writable
+    # --replace replaces it, and says what it replaced.
+    d = deliver_now(task, sample_records(), RunConfig(), replace=True)
+    assert d.committed and read_claim(kernel).speedup == 1.83 and first.commit != d.commit
+    assert any("replaced my_relu_kevin.py, which claimed 2.38x" in n for n in d.notes)
+
+
+def test_declining_leaves_the_working_tree_as_it_was(project):
+    root, task = project
+    status = git(root, "status", "--porcelain", "--untracked-files=all")
+    plan = plan_delivery(task, run_info(task), sample_records(), RunConfig(commit=False))
+    assert plan.question() == ("write the best kernel?", "Write")
+    d = deliver(plan, task, run_info(task), sample_records(), declined=True)
+    assert d.outcome == "declined" and not d.succeeded() and d.headline() == "not written (declined)"
+    assert git(root, "status", "--porcelain", "--untracked-files=all") == status
+
+
+def test_a_target_edited_while_the_question_was_open_is_kept(project):
+    root, task = project
+    plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
+    kernel = task.path.parent / "my_relu_kevin.py"
+    kernel.write_text("# written meanwhile\n")
+    d = deliver(plan, task, run_info(task), sample_records())
+    assert d.outcome == "refused" and "changed since the plan was made" in d.notes[0]
+    assert kernel.read_text() == "# written meanwhile\n"
 
 
 def test_detached_head_writes_files_and_says_why(project):
     root, task = project
     git(root, "checkout", "-q", "--detach")
     plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
-    assert plan is not None and not plan.commit and plan.problems and "HEAD is detached" in plan.problems[0]
-    d = deliver(task, run_info(task), sample_records(), RunConfig())
-    assert not d.committed and all((task.path.parent / n).exists() for n in OUTPUTS)
-    assert any("HEAD is detached" in n for n in d.notes)
+    assert plan.writable and not plan.commit and plan.problems and "HEAD is detached" in plan.problems[0]
+    d = deliver(plan, task, run_info(task), sample_records())
+    assert not d.committed and not d.succeeded() and all((task.path.parent / n).exists() for n in OUTPUTS)
+    assert any("HEAD is detached" in n and "the files are untracked" in n for n in d.notes)
 
 
 def test_merge_in_progress_writes_files_and_says_why(project):
@@ -154,7 +216,7 @@ def test_merge_in_progress_writes_files_and_says_why(project):
     git(root, "commit", "-q", "-am", "main")
     subprocess.run(["git", "-C", str(root), "merge", "-q", "side"], capture_output=True)
     conflicted = (root / "notes.md").read_text()
-    d = deliver(task, run_info(task), sample_records(), RunConfig())
+    d = deliver_now(task, sample_records(), RunConfig())
     assert not d.committed and any("a merge is in progress" in n for n in d.notes)
     assert all((task.path.parent / n).exists() for n in OUTPUTS)
     assert (root / "notes.md").read_text() == conflicted
@@ -166,24 +228,28 @@ def test_failing_hook_writes_files_and_reports_the_output(project):
     hook.write_text("#!/bin/sh\necho 'ruff: E501 line too long'\nexit 1\n")
     hook.chmod(0o755)
     head = git(root, "rev-parse", "HEAD")
-    d = deliver(task, run_info(task), sample_records(), RunConfig())
-    assert not d.committed and d.commit is None
+    d = deliver_now(task, sample_records(), RunConfig())
+    assert not d.committed and d.commit is None and not d.succeeded()
     assert git(root, "rev-parse", "HEAD") == head
     assert any("pre-commit hook rejected the commit" in n and "ruff: E501 line too long" in n for n in d.notes)
     assert all((task.path.parent / n).exists() for n in OUTPUTS)
 
 
-def test_out_option_and_plan(project):
+def test_out_option_puts_the_report_beside_the_module(project):
     root, task = project
     out = root / "src" / "fast_relu.py"
     config = RunConfig(out=out)
     plan = plan_delivery(task, run_info(task), sample_records(), config)
-    assert plan.kernel_path == out and plan.commit and plan.problems == []
+    assert plan.kernel_path == out and plan.commit and plan.problems == [] and plan.writable
     assert plan.repo_root == root and (plan.trajectory, plan.turn, plan.speedup) == (0, 3, 1.83)
-    assert plan.report.markdown == task.path.parent / "my_relu_kevin_report.md"
-    d = deliver(task, run_info(task), sample_records(), config)
-    assert d.committed and "src/fast_relu.py" in git(root, "show", "--name-only", "--format=", "HEAD")
+    assert plan.report.markdown == root / "src" / "fast_relu_kevin_report.md"
+    d = deliver(plan, task, run_info(task), sample_records())
+    assert d.committed
+    assert sorted(git(root, "show", "--name-only", "--format=", "HEAD").split()) == [
+        "src/fast_relu.py", "src/fast_relu_kevin_report.json", "src/fast_relu_kevin_report.md",
+        "src/fast_relu_kevin_report.png"]
     assert "    from fast_relu import ModelNew" in out.read_text()
+    assert not (task.path.parent / "my_relu_kevin_report.md").exists()
 
 
 @pytest.mark.slow
@@ -194,7 +260,7 @@ def test_delivered_module_replaces_the_original_class(tmp_path, monkeypatch, bui
     # In the shared build cache, so a warm CI cache skips the compile.
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(build_cache / "delivered-module"))
     task = write_task(tmp_path / "plain")
-    deliver(task, run_info(task), sample_records(), RunConfig(commit=False))
+    deliver_now(task, sample_records(), RunConfig(commit=False))
     spec = importlib.util.spec_from_file_location("my_relu_kevin", task.path.parent / "my_relu_kevin.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["my_relu_kevin"] = module
@@ -207,12 +273,26 @@ def test_delivered_module_replaces_the_original_class(tmp_path, monkeypatch, bui
     assert "from my_relu_kevin import ModelNew" in module.__doc__
 
 
-def test_one_success_rule_for_headless_and_tui(tmp_path):
-    from kevin_agent.delivery import Delivery
+def test_one_success_rule_for_headless_and_tui(project):
+    root, task = project
+    wanted = plan_delivery(task, run_info(task), sample_records(), RunConfig())
+    assert Delivery(plan=wanted, outcome="committed", commit="0" * 40).succeeded()
+    assert not Delivery(plan=wanted, outcome="written").succeeded()  # the commit was refused
+    assert not Delivery(plan=wanted, outcome="declined").succeeded()
+    no_commit = plan_delivery(task, run_info(task), sample_records(), RunConfig(commit=False))
+    assert Delivery(plan=no_commit, outcome="written").succeeded()
+    outside = wanted.model_copy(update={"repo_root": None})
+    assert Delivery(plan=outside, outcome="written").succeeded()  # nothing to commit into
 
-    written = tmp_path / "k_kevin.py"
-    assert Delivery(kernel_path=written, in_repo=False).succeeded(commit_wanted=True)  # nothing to commit into
-    assert not Delivery(kernel_path=written, in_repo=True).succeeded(commit_wanted=True)  # commit refused
-    assert Delivery(kernel_path=written, in_repo=True).succeeded(commit_wanted=False)  # --no-commit
-    assert Delivery(kernel_path=written, in_repo=True, committed=True).succeeded(commit_wanted=True)
-    assert not Delivery(in_repo=False).succeeded(commit_wanted=False)  # nothing written
+
+def test_the_claim_of_a_module_written_before_the_claim_line_existed(tmp_path):
+    task = write_task(tmp_path)
+    text = render_kernel_module(task, correct(0, 5, 2.38), run_info(task))
+    (claim_line,) = [line for line in text.splitlines() if line.startswith("# kevin-opt-kernel: ")]
+    older = tmp_path / "older_kevin.py"
+    older.write_text(text.replace(claim_line + "\n", ""))
+    claim = read_claim(older)
+    assert (claim.speedup, claim.device, claim.device_name, claim.run_id, claim.turn) == (
+        2.38, "cpu", "Test CPU 9000", "20250101-120000-my-relu-ab12", 5)
+    assert read_claim(tmp_path / "my_relu.py") is None  # not a module kevin-opt wrote
+    assert read_claim(tmp_path / "missing.py") is None

@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from kevin_agent.kernel_module import read_claim
+
 from .clihelp import REPO, kevin
 from .conftest import git_init
 
@@ -193,3 +195,30 @@ def test_check_command_on_a_verified_and_a_cheating_candidate(finished, tmp_path
     assert proc.returncode == 1
     out = json.loads((tmp_path / "d.json").read_text())
     assert out["status"] == "check_failed" and any("no-try-except" in r for r in out["reasons"])
+
+
+def test_a_better_committed_kernel_is_replaced_only_with_replace(finished):
+    """A later delivery that is worse than the committed module on the same device is refused (exit 1)."""
+    repo, _ = finished
+    summary = json.loads((repo / "summary.json").read_text())
+    module = repo / "rmsnorm_kevin.py"
+    text = module.read_text()
+    (claim_line,) = [line for line in text.splitlines() if line.startswith("# kevin-opt-kernel: ")]
+    claim = json.loads(claim_line.split(": ", 1)[1])
+    assert claim["speedup"] == summary["best"]["speedup"] and claim["run_id"] == summary["run_id"]
+    better = text.replace(claim_line, "# kevin-opt-kernel: " + json.dumps({**claim, "speedup": 99.0,
+                                                                          "run_id": "an-earlier-run"}))
+    module.write_text(better)
+    subprocess.run(["git", "-C", repo, "commit", "-qam", "a better kernel"], check=True)
+    head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    # Resuming the finished run runs no turn: it delivers again.
+    proc = kevin("resume", summary["run_id"], "--headless", "--json", "again.json", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "claims 99.00x" in proc.stderr and "pass --replace" in proc.stderr
+    assert module.read_text() == better
+    assert subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
+    assert json.loads((repo / "again.json").read_text())["delivery"]["outcome"] == "refused"
+    proc = kevin("resume", summary["run_id"], "--headless", "--replace", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "replaced rmsnorm_kevin.py, which claimed 99.00x" in proc.stderr
+    assert read_claim(module).speedup == summary["best"]["speedup"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.errors import GitError
-from kevin_agent.gitops import check_committable, commit_paths, ensure_excluded, find_repo
+from kevin_agent.gitops import commit_paths, commit_problems, ensure_excluded, find_repo, path_states
 
 from .conftest import git_init
 
@@ -73,7 +73,7 @@ def test_commits_only_the_tools_paths_and_leaves_the_persons_work(repo):
     before = snapshot(repo)
     head_before = git(repo, "rev-parse", "HEAD").strip()
     r = find_repo(repo / "my_relu.py")
-    check_committable(r, [repo / n for n in TOOL_FILES])
+    assert commit_problems(r, [repo / n for n in TOOL_FILES]) == []
     result = commit_paths(r, write_tool_files(repo), MESSAGE)
 
     assert git(repo, "rev-parse", "HEAD").strip() == result.sha
@@ -122,37 +122,38 @@ def test_branch_commit_leaves_checkout_and_index_alone(repo):
 
     with pytest.raises(GitError, match="branch 'kevin/my-relu' already exists"):
         commit_paths(r, [repo / n for n in TOOL_FILES], MESSAGE, branch="kevin/my-relu")
-    with pytest.raises(GitError, match="not a valid branch name"):
-        check_committable(r, [repo / n for n in TOOL_FILES], branch="bad..name")
+    assert commit_problems(r, [repo / n for n in TOOL_FILES], branch="bad..name") == [
+        "'bad..name' is not a valid branch name"]
 
 
-def test_dirty_target_is_refused_by_name(repo):
+def test_path_states(repo):
     r = find_repo(repo)
     commit_paths(r, write_tool_files(repo), MESSAGE)
-    (repo / "my_relu_kevin.py").write_text("# my own edit\n")
-    with pytest.raises(GitError) as err:
-        check_committable(r, [repo / n for n in TOOL_FILES])
-    assert "uncommitted changes in my_relu_kevin.py" in err.value.message
-    assert "my_relu_kevin_report" not in err.value.message
-    # Staged-only changes count too.
+    kernel, md, js, png = (repo / n for n in TOOL_FILES)
+    kernel.write_text("# my own edit\n")
+    assert path_states(r, [kernel, md]) == {kernel: "modified", md: "clean"}
+    # Staged-only changes, deletions and renames away count as changes too.
     git(repo, "add", "my_relu_kevin.py")
-    (repo / "my_relu_kevin.py").write_text(git(repo, "show", "HEAD:my_relu_kevin.py"))
-    with pytest.raises(GitError, match="uncommitted changes in my_relu_kevin.py"):
-        check_committable(r, [repo / "my_relu_kevin.py"])
-
-
-def test_untracked_and_clean_targets_are_fine(repo):
-    r = find_repo(repo)
-    write_tool_files(repo)  # untracked (e.g. left by a --no-commit run)
-    check_committable(r, [repo / n for n in TOOL_FILES])
+    kernel.write_text(git(repo, "show", "HEAD:my_relu_kevin.py"))
+    js.unlink()
+    git(repo, "mv", "my_relu_kevin_report.png", "moved.png")
+    assert path_states(r, [kernel, js, png]) == {kernel: "modified", js: "modified", png: "modified"}
+    # Files git does not track, or ignores, could not be restored; absent ones are new.
+    (repo / "scratch_kevin.py").write_text("x\n")
+    (repo / ".gitignore").write_text("ignored_kevin.py\n")
+    (repo / "ignored_kevin.py").write_text("y\n")
+    fresh = repo / "sub" / "new_kevin.py"
+    assert path_states(r, [repo / "scratch_kevin.py", repo / "ignored_kevin.py", fresh]) == {
+        repo / "scratch_kevin.py": "untracked", repo / "ignored_kevin.py": "untracked", fresh: "new"}
+    # Outside a repository, every existing file is one git could not restore.
+    assert path_states(None, [kernel, fresh]) == {kernel: "untracked", fresh: "new"}
 
 
 def test_detached_head(repo):
     git(repo, "checkout", "-q", "--detach")
     r = find_repo(repo)
     paths = write_tool_files(repo)
-    with pytest.raises(GitError, match="HEAD is detached"):
-        check_committable(r, paths)
+    assert "HEAD is detached" in commit_problems(r, paths)[0]
     with pytest.raises(GitError, match="HEAD is detached"):
         commit_paths(r, paths, MESSAGE)
     # On a new branch the commit does not need a checked-out branch.
@@ -181,8 +182,7 @@ def test_merge_in_progress(repo):
 
 def test_rebase_in_progress_is_refused(repo):
     (Path(find_repo(repo).git_dir) / "rebase-merge").mkdir()
-    with pytest.raises(GitError, match="a rebase is in progress"):
-        check_committable(find_repo(repo), [repo / "my_relu_kevin.py"])
+    assert "a rebase is in progress" in commit_problems(find_repo(repo), [repo / "my_relu_kevin.py"])[0]
 
 
 def _hook(repo: Path, name: str, body: str) -> None:

@@ -104,6 +104,7 @@ def test_abort_ends_the_run_now_records_nothing_in_flight_and_resume_redoes_it(t
         outcome = engine.run()
     finally:
         engine.close()
+        engine.store.release()  # whoever drives a run gives it up when done; resume takes it then
     assert outcome.reason == "interrupted" and time.monotonic() - started < 30
     store = RunStore.open(config.run_dir, outcome.run_id)
     assert store.all_records() == [] and store.info.status == "interrupted"

@@ -288,7 +288,9 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.outcome is not None, what="the run to finish")
         # The TUI asks before it commits, and says what it would commit.
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60, "the commit question")
+        # Pushed is not yet composed: wait for the body too.
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#dialog-body Static"),
+                       60, "the commit question")
         assert "affine_kevin.py" in text_of(app, "#dialog-body Static")
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
@@ -373,7 +375,9 @@ async def test_cancel_stop_quit_question_and_resume(tmp_path):
         assert len(options) == 4 and options[0] == "⊝ turn 1  cancelled" and "compile error" in options[2]
         # Commit now: the confirmation shows what would be committed; "n" commits nothing.
         await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60, "the commit question")
+        # Pushed is not yet composed: wait for the body too.
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#dialog-body Static"),
+                       60, "the commit question")
         body = str(app.screen.query_one("#dialog-body Static", Static).render())
         assert "affine_kevin.py" in body and "trajectory 0 turn 3" in body and "Kevin-Run: " + stopped_id in body
         await pilot.press("y")

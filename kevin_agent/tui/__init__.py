@@ -1,44 +1,51 @@
-"""The interactive front end: ``kevin-opt FILE`` and ``kevin-opt history`` on a terminal."""
+"""The interactive front end: ``kevin-opt FILE``, ``kevin-opt resume RUN`` and ``kevin-opt history``
+on a terminal. The run ends through ``finish`` as a headless one does."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import RunConfig
-from ..console import print_error
-from ..store import default_runs_root
-from .app import KevinApp
+from .. import finish
+from .app import EngineFactory, KevinApp
+
+if TYPE_CHECKING:
+    from ..registry import Registry
 
 __all__ = ["KevinApp", "history_tui", "run_tui"]
 
 
-def run_tui(config: RunConfig, task_file: Path) -> int:
-    """Run the refinement with the run screen open; returns the exit code of the headless contract."""
-    from ..launch import start_run
-
-    task_file = Path(task_file)
-    runs_root = config.run_dir or default_runs_root(task_file.expanduser().resolve().parent)
-    app = KevinApp(lambda sink: start_run(config, task_file, sink), runs_root=runs_root, exit_on_start_error=True)
+def run_tui(start: EngineFactory, *, runs_root: Path | None, outputs: finish.Outputs, registry: Registry,
+            replace: bool = False, run_id: str | None = None) -> int:
+    """Run (or resume) with the run screen open; returns the exit code of the headless contract."""
+    app = KevinApp(start, runs_root=runs_root, exit_on_start_error=True, replace=replace, handle_signals=True)
     app.run()
-    if app.start_error is not None:
-        return print_error(app.start_error)
-    if app.outcome is None and app.engine is not None:
-        print(
-            f"kevin-opt: stopped; finished turns are saved. Continue with: "
-            f"kevin-opt resume {app.engine.store.info.run_id}",
-            file=sys.stderr,
-        )
-    elif app.outcome is not None and app.outcome.reason in ("stopped", "interrupted"):
-        print(f"kevin-opt: run {app.outcome.reason}; continue with: kevin-opt resume {app.outcome.run_id}",
-              file=sys.stderr)
-    for note in app.delivery.notes if app.delivery is not None else []:
-        print(f"kevin-opt: {note}", file=sys.stderr)
-    return app.return_code or app.exit_code
+    return _close(app, outputs, registry, run_id)
 
 
-def history_tui(runs_root: Path) -> int:
-    """Browse stored runs; a run resumed from here runs in the same window."""
-    app = KevinApp(runs_root=runs_root)
+def history_tui(runs_root: Path, registry: Registry) -> int:
+    """Browse stored runs; a run resumed from here runs in the same window and ends the same way."""
+    app = KevinApp(runs_root=runs_root, handle_signals=True)
     app.run()
-    return app.return_code or app.exit_code
+    return _close(app, finish.Outputs(), registry, None)
+
+
+def _close(app: KevinApp, outputs: finish.Outputs, registry: Registry, run_id: str | None) -> int:
+    ending = app.ending()
+    ending.run_id = run_id
+    engine = ending.engine
+    if engine is not None and ending.wants_delivery() and ending.delivery is None and ending.plan is not None:
+        # The app was left with the question open: that is a no.
+        ending.delivery = finish.execute(engine, ending.plan, app.plan_records, declined=True)
+    try:
+        code = finish.close(ending, outputs, registry)
+    finally:
+        if engine is not None:
+            engine.store.release()
+    if app.abandoned:
+        # A second signal: the engine's thread may still be unwinding; do not wait for it.
+        sys.stderr.flush()
+        os._exit(code)
+    return code

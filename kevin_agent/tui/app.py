@@ -1,12 +1,16 @@
 """The Textual app: the run screen and the history screen, with the engine in a thread worker.
 
 The engine never learns about the UI: it reports through a ``TuiSink`` (events become
-messages) and is steered through its thread-safe ``request_stop`` / ``cancel_generation``.
-Every worker failure lands in ``on_worker_state_changed``.
+messages) and is steered through its thread-safe ``request_stop`` / ``cancel_generation`` /
+``abort``. Every worker failure lands in ``on_worker_state_changed``. How a run ends (delivery
+plan, success rule, wording, exit code) is ``finish``'s: the app decides when to deliver (it
+asks first) and collects an ``Ending``. SIGTERM, SIGHUP and an outside SIGINT arrive through
+the event loop and end the run as they do headless.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import traceback
 from collections.abc import Callable
@@ -20,8 +24,11 @@ from textual.content import Content
 from textual.notifications import SeverityLevel
 from textual.worker import Worker, WorkerState
 
-from ..errors import KevinError
+from .. import finish
+from ..errors import KevinError, RunLocked
+from ..interrupts import HANDLED, kill_run_processes, signal_name
 from ..protocols import EventSink
+from ..runlock import lock_owner
 from ..store import default_runs_root
 from .format import toast_text
 from .messages import (
@@ -37,18 +44,17 @@ from .messages import (
     TurnStartedMessage,
 )
 from .screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen, commit_summary
-from .screens.history import HistoryScreen
-from .screens.run import RunScreen
+from .screens.history import FINISHED, HistoryScreen
+from .screens.run import REASONS, RunScreen
 
 if TYPE_CHECKING:
     from ..delivery import Delivery, DeliveryPlan
     from ..loop import Engine, RunOutcome
+    from ..results import TurnRecord
 
 EngineFactory = Callable[[EventSink], "Engine"]
 """Builds the engine (``start_run`` / ``resume_run``); called in the worker thread."""
 ResumeFactory = Callable[[str, EventSink], "Engine"]
-
-EXIT_OK, EXIT_NONE, EXIT_INTERRUPTED = 0, 1, 130
 
 
 class KevinApp(App[int]):
@@ -70,9 +76,13 @@ class KevinApp(App[int]):
         resume_factory: ResumeFactory | None = None,
         deliver_at_end: bool = True,
         exit_on_start_error: bool = False,
+        replace: bool = False,
+        handle_signals: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Open the run screen when ``engine_factory`` is given, the history screen otherwise."""
+        """Open the run screen when ``engine_factory`` is given, the history screen otherwise.
+        ``replace``: --replace was given. ``handle_signals``: SIGINT, SIGTERM and SIGHUP end the
+        run (the app owns the process, as ``kevin-opt`` on a terminal)."""
         super().__init__()
         self.engine_factory = engine_factory
         self.runs_root = Path(runs_root) if runs_root is not None else None
@@ -81,19 +91,43 @@ class KevinApp(App[int]):
         # `kevin-opt FILE` that cannot start (bad task, no backend) ends like the headless command:
         # the app closes and the error is printed on stderr with its exit code.
         self.exit_on_start_error = exit_on_start_error
+        self.replace = replace
+        self.handle_signals = handle_signals
         self.start_error: KevinError | None = None
+        self.error: KevinError | None = None
+        """Why the run (or its start) failed."""
         self.sink = TuiSink(self)
         self.run_screen = RunScreen(clock)
         self.history_screen: HistoryScreen | None = None
         self.engine: Engine | None = None
         self.outcome: RunOutcome | None = None
+        self.plan: DeliveryPlan | None = None
+        self.plan_records: list[TurnRecord] = []
         self.delivery: Delivery | None = None
-        self.exit_code = EXIT_OK
+        self.signum: int | None = None
+        """The signal that ends the run (and the app)."""
         self.running = False
+        self._delivering = False
         self._quitting = False
+        self._abandoned = False
+
+    @property
+    def exit_code(self) -> int:
+        return self.ending().exit_code
+
+    def ending(self) -> finish.Ending:
+        """How the run shown ended, for ``finish.close``."""
+        return finish.Ending(engine=self.engine, outcome=self.outcome, error=self.error, signum=self.signum,
+                             quit=self._quitting, plan=self.plan, delivery=self.delivery)
+
+    @property
+    def abandoned(self) -> bool:
+        """Left at once on a second signal: the engine's thread may still be unwinding."""
+        return self._abandoned
 
     # --- screens --------------------------------------------------------------------------
     def on_mount(self) -> None:
+        self._install_signal_handlers()
         self.add_mode("run", lambda: self.run_screen)
         if self.engine_factory is not None:
             self.switch_mode("run")
@@ -144,7 +178,9 @@ class KevinApp(App[int]):
 
     # --- the engine -----------------------------------------------------------------------
     def start_engine(self, factory: EngineFactory) -> None:
-        self.running, self.outcome, self.delivery, self.engine = True, None, None, None
+        self._settle()
+        self.running, self.engine, self.outcome, self.error = True, None, None, None
+        self.plan, self.plan_records, self.delivery = None, [], None
         self.run_screen.set_status("starting: loading the task and probing its inputs", "$text-accent")
         self._run_engine(factory)
 
@@ -152,10 +188,14 @@ class KevinApp(App[int]):
     def _run_engine(self, factory: EngineFactory) -> RunOutcome:
         engine = factory(self.sink)
         self.engine = engine
+        if self.signum is not None:
+            engine.abort()  # the signal came while the engine was being made
         try:
             return engine.run()
         finally:
             engine.close()
+            if engine.aborted:
+                kill_run_processes()  # a build that started while the abort was under way
 
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
         from ..launch import resume_run
@@ -163,11 +203,31 @@ class KevinApp(App[int]):
         return resume_run(run_id, sink, runs_root=self.history_root())
 
     def resume_run(self, run_id: str) -> None:
+        """Continue a stored run in this window; a run another process drives is refused, and so
+        is a finished one."""
         if self.running:
             self.notify("a run is in progress; resume this one when it ends", severity="warning")
             return
+        run_dir = self.history_root() / run_id
+        owner = lock_owner(run_dir)
+        if owner is not None:
+            refused = RunLocked.held_by(run_id, owner)
+            self.notify(f"{refused.message}\nhint: {refused.hint}", severity="warning", timeout=15, markup=False)
+            return
+        from ..store import read_info
+
+        status = read_info(run_dir).status
+        if status in FINISHED:
+            self.notify(f"run {run_id} is {status}; only unfinished runs resume", severity="warning")
+            return
         self.switch_mode("run")
         self.start_engine(lambda sink: self.resume_factory(run_id, sink))
+
+    def _settle(self) -> None:
+        """The run shown is over and its delivery done: give the run up, so that other
+        processes see it as it is (and may resume it)."""
+        if self.engine is not None and not self.running and not self._delivering:
+            self.engine.store.release()
 
     @on(RunStartedMessage)
     @on(TurnStartedMessage)
@@ -188,6 +248,38 @@ class KevinApp(App[int]):
         chunks = self.sink.drain()
         if chunks:
             self.run_screen.apply_tokens(chunks)
+
+    # --- signals ----------------------------------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        if not self.handle_signals:
+            return
+        loop = asyncio.get_running_loop()
+        for sig in HANDLED:
+            loop.add_signal_handler(sig, self.interrupt, int(sig))
+
+    def on_unmount(self) -> None:
+        if self.handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in HANDLED:
+                loop.remove_signal_handler(sig)
+
+    def interrupt(self, signum: int) -> None:
+        """A signal: end the run as headless does (abort, record it as interrupted, exit with
+        128 + signum once the engine has unwound). A second one leaves at once."""
+        if self.signum is not None:
+            kill_run_processes()
+            self._abandoned = self.running
+            self.exit(self.exit_code)
+            return
+        self.signum = signum
+        if self.running:
+            if self.engine is not None:
+                self.engine.abort()
+            else:
+                kill_run_processes()  # the task's probe; the engine is aborted as soon as it exists
+            self.run_screen.set_status(f"{signal_name(signum)}: ending the run", "$text-warning")
+        elif not self._delivering:
+            self.exit(self.exit_code)
 
     # --- steering ---------------------------------------------------------------------------
     def _engine_or_warn(self) -> Engine | None:
@@ -210,40 +302,62 @@ class KevinApp(App[int]):
         if self.engine is None:
             self.notify("no run to commit from", severity="warning")
             return
-        self._plan_commit(self.engine)
-
-    @work(thread=True, group="plan", exit_on_error=False)
-    def _plan_commit(self, engine: Engine, at_end: bool = False) -> tuple[Engine, DeliveryPlan | None, bool]:
-        from ..delivery import plan_delivery
-
-        config = engine.config.model_copy(update={"commit": True})
-        return engine, plan_delivery(engine.task, engine.store.info, engine.store.records(), config), at_end
-
-    def _confirm_commit(self, engine: Engine, plan: DeliveryPlan | None, at_end: bool = False) -> None:
-        if plan is None:
-            floor = engine.config.min_speedup
-            self.notify(f"no verified kernel reaches --min-speedup {floor:g}x yet", severity="warning")
+        if self._delivering:
+            self.notify("a delivery is in progress", severity="warning")
             return
-        body = commit_summary(plan)
+        self._plan_delivery(self.engine)
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._deliver(engine, commit=True)
+    # --- delivery: one plan, shown, then carried out ------------------------------------------
+    @work(thread=True, group="plan", exit_on_error=False)
+    def _plan_delivery(self, engine: Engine, at_end: bool = False) -> tuple[Engine, DeliveryPlan, list, bool]:
+        engine.store.take()  # after the run it was given up; another process may have taken it since
+        plan, records = finish.make_plan(engine, replace=self.replace)
+        return engine, plan, records, at_end
+
+    def _ask(self, engine: Engine, plan: DeliveryPlan, records: list, at_end: bool) -> None:
+        self.plan, self.plan_records = plan, records
+        if plan.kernel is None or plan.blocked:
+            if at_end:
+                self._deliver(engine, plan, records)  # nothing to ask: the delivery says why
+            else:
+                self.notify(plan.why_not_written(), severity="warning", timeout=15, markup=False)
+                self._settle()
+            return
+        title, yes = plan.question()
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._deliver(engine, plan.allowing_replace() if plan.needs_replace else plan, records)
             elif at_end:
-                # Declined at the end of the run: keep the files, commit nothing.
-                self._deliver(engine, commit=False)
+                self._deliver(engine, plan, records, declined=True)
+            else:
+                self.notify("nothing written, nothing committed")
+                self._settle()
 
-        self.push_screen(ConfirmScreen("commit the best kernel?", body, yes="Commit"), answered)
+        self.push_screen(ConfirmScreen(title, commit_summary(plan), yes=yes), answered)
 
     @work(thread=True, group="deliver", exit_on_error=False)
-    def _deliver(self, engine: Engine, *, commit: bool | None = None) -> Delivery:
-        from ..delivery import deliver
+    def _deliver(self, engine: Engine, plan: DeliveryPlan, records: list, *, declined: bool = False) -> Delivery:
+        self._delivering = True
+        try:
+            return finish.execute(engine, plan, records, declined=declined)
+        finally:
+            self._delivering = False
 
-        config = engine.config if commit is None else engine.config.model_copy(update={"commit": commit})
-        delivery = deliver(engine.task, engine.store.info, engine.store.records(), config)
-        if delivery.commit:
-            engine.store.update_info(commit=delivery.commit)
-        return delivery
+    def _delivered(self, delivery: Delivery) -> None:
+        self.delivery = delivery
+        if self.outcome is not None and not self.running:
+            label, _ = REASONS.get(self.outcome.reason, (self.outcome.reason, ""))
+            text = f"{label} · {delivery.headline()}"
+        else:
+            text = f"running · {delivery.headline()}"
+        style = "$text-success" if delivery.succeeded() else "$text-warning"
+        self.run_screen.set_status(text, style)
+        self.notify("\n".join(delivery.notes), title="delivery", timeout=15, markup=False,
+                    severity="information" if delivery.succeeded() else "warning")
+        self._settle()
+        if self.signum is not None:
+            self.exit(self.exit_code)
 
     # --- workers: results and failures, in one place --------------------------------------
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -254,7 +368,7 @@ class KevinApp(App[int]):
             if worker.group == "engine":
                 self._run_ended(worker.result)
             elif worker.group == "plan":
-                self._confirm_commit(*worker.result)
+                self._ask(*worker.result)
             elif worker.group == "deliver":
                 self._delivered(worker.result)
 
@@ -262,8 +376,14 @@ class KevinApp(App[int]):
         error = worker.error
         if worker.group == "engine":
             self.running = False
-            self.exit_code = error.exit_code if isinstance(error, KevinError) else EXIT_NONE
             self.run_screen.set_status("failed", "$text-error")
+            if self.signum is not None or self._quitting:
+                # Killed on purpose: what failed in the start is the signal's doing, not an error.
+                self._settle()
+                self.exit(self.exit_code)
+                return
+            if isinstance(error, KevinError):
+                self.error = error
         if (worker.group == "engine" and self.engine is None and self.exit_on_start_error
                 and isinstance(error, KevinError)):
             self.start_error = error
@@ -275,41 +395,34 @@ class KevinApp(App[int]):
         else:
             text = "".join(traceback.format_exception(error))
             self.push_screen(ErrorScreen(f"unexpected error in {worker.group}", text))
+        self._settle()
         if self._quitting:
             self.exit(self.exit_code)
 
     def _run_ended(self, outcome: RunOutcome) -> None:
         self.running = False
         self.outcome = outcome
-        if self._quitting:
-            self.exit_code = EXIT_INTERRUPTED
+        assert self.engine is not None
+        if self.signum is not None or self._quitting:
+            self._settle()
             self.exit(self.exit_code)
             return
-        best = outcome.best
-        assert self.engine is not None
-        if best is not None and best.speedup >= self.engine.config.min_speedup:
-            if self.deliver_at_end and self.engine.config.commit:
-                self._plan_commit(self.engine, at_end=True)  # ask before committing
-            elif self.deliver_at_end:
-                self._deliver(self.engine)
+        ending = self.ending()
+        if not ending.wants_delivery():
+            self._settle()
+            return
+        if self.delivery is not None and self.delivery.succeeded() and self._same_kernel(self.delivery.plan):
+            self._settle()  # `c` already delivered the kernel the run ended with
+            return
+        if self.deliver_at_end:
+            self._plan_delivery(self.engine, at_end=True)
         else:
-            self.exit_code = EXIT_NONE
-            why = "no verified kernel" if best is None else f"best {best.speedup:.2f}x is below --min-speedup"
-            self.run_screen.add_status("nothing to commit", "$text-warning")
-            self.notify(f"run {outcome.reason}: {why}; nothing written or committed", timeout=10)
+            self._settle()
 
-    def _delivered(self, delivery: Delivery) -> None:
-        self.delivery = delivery
-        assert self.engine is not None
-        written = delivery.kernel_path is not None
-        if not self.running:
-            self.exit_code = EXIT_OK if delivery.succeeded(self.engine.config.commit) else EXIT_NONE
-        if delivery.committed and delivery.commit:
-            self.run_screen.add_status(f"committed {delivery.commit[:10]}", "$text-success")
-        elif written:
-            self.run_screen.add_status("written, not committed", "$text-warning")
-        self.notify("\n".join(delivery.notes) or "nothing to do", title="delivery", timeout=15, markup=False,
-                    severity="information" if delivery.committed or written else "warning")
+    def _same_kernel(self, plan: DeliveryPlan) -> bool:
+        best = self.outcome.best if self.outcome is not None else None
+        return best is not None and plan.kernel is not None and (best.trajectory, best.turn) == (
+            plan.kernel.trajectory, plan.kernel.turn)
 
     # --- quitting ---------------------------------------------------------------------------
     def action_quit(self) -> None:
@@ -339,9 +452,8 @@ class KevinApp(App[int]):
 
     def action_exit_now(self) -> None:
         if self.running:
-            self.exit_code = EXIT_INTERRUPTED
+            # Now means now: the turns in flight are dropped (resume does them again).
+            self._quitting = True
             if self.engine is not None:
-                self.engine.request_stop()
-                self.engine.cancel_generation()
+                self.engine.abort()
         self.exit(self.exit_code)
-

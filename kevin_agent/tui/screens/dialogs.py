@@ -118,19 +118,12 @@ class HelpScreen(ModalScreen[None]):
 
 
 def commit_summary(plan: DeliveryPlan) -> Content:
-    """What a commit would write and where, for the confirmation dialog."""
-    where = f"on new branch {plan.branch}" if plan.branch else "on the current branch"
+    """The delivery plan's own lines (what stderr and the JSON summary say), for the question."""
+    tones = {"refused": "$text-error", "needs --replace": "$text-warning", "replaces": "$text-warning"}
     lines = [
-        Content.assemble(
-            ("best kernel: ", "bold"), f"trajectory {plan.trajectory} turn {plan.turn}, ",
-            (f"{plan.speedup:.2f}x", "bold $text-success"),
-        ),
-        Content.styled("files:", "bold"),
-        *(Content(f"  {p}") for p in plan.paths),
-        Content.assemble(("commit: ", "bold"), f"{where} in {plan.repo_root}" if plan.commit else
-                         Content.styled("no (files are written only)", "$text-warning")),
+        Content.assemble((f"{label}: " if label else "  ", "bold"), Content.styled(text, tones.get(label, "")))
+        for label, text in plan.describe() if label != "message"
     ]
-    if plan.problems:
-        lines.append(Content.styled("not committable: " + "; ".join(plan.problems), "$text-error"))
-    lines += [Content.styled("message:", "bold"), Content.styled(plan.message.strip(), "$text-muted")]
+    if plan.commit:
+        lines += [Content.styled("message:", "bold"), Content.styled(plan.message.strip(), "$text-muted")]
     return Content("\n").join(lines)

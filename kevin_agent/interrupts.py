@@ -1,0 +1,88 @@
+"""SIGINT, SIGTERM and SIGHUP end a run the same way, headless or in the TUI.
+
+The first signal aborts the engine (``Engine.abort``: the generation stops, every worker and
+compiler process group of the run is killed, the turns in flight are dropped), the run is
+recorded as interrupted with its best so far, and the process exits with 128 + the signal's
+number after printing how to resume. Before the engine exists (the task is being probed, the
+model loaded) there is nothing to record, and a second signal means "now": both unwind at once
+with ``Interrupted``.
+
+This module is the headless side, where the engine runs in the main thread; the TUI routes the
+same signals through its event loop (``tui.app``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Unwinds the main thread after a signal: a ``KeyboardInterrupt`` that knows its signal, so
+    whatever already ends cleanly on Ctrl+C (the engine records the run as interrupted) does so
+    for SIGTERM and SIGHUP too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal_name(signum))
+        self.signum = signum
+
+
+def kill_run_processes() -> None:
+    """Every worker and compiler this process started, with their process groups."""
+    from .evaluate.pool import kill_all_workers
+
+    kill_all_workers()
+
+
+class HeadlessSignals:
+    """The signal handlers of a headless run, installed for the ``with`` block.
+
+    Phases: launching (no engine: a signal unwinds the launch), running (``attach``ed: a signal
+    aborts the engine and the run ends normally as "interrupted"), finishing (``detach``ed: a
+    signal is remembered and the delivery in progress completes). A second signal unwinds in
+    any phase.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._engine = None
+        self._finishing = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> HeadlessSignals:
+        for sig in HANDLED:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def attach(self, engine) -> None:
+        self._engine = engine
+
+    def detach(self) -> None:
+        self._engine, self._finishing = None, True
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        # Killing takes locks the interrupted main thread may hold: it happens in a thread of its own.
+        if first and self._engine is not None:
+            threading.Thread(target=self._engine.abort, name="kevin-abort", daemon=True).start()
+            return
+        if first and self._finishing:
+            return
+        threading.Thread(target=kill_run_processes, name="kevin-kill", daemon=True).start()
+        raise Interrupted(signum)
