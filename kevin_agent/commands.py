@@ -14,7 +14,8 @@ from .formatting import fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_line
 from .registry import Registry
 from .results import Status, TurnRecord
-from .store import RunStore, default_runs_root, list_runs
+from .lineage import tree_lines
+from .store import RunStore, default_runs_root, effective_status, list_runs
 
 
 def config_overrides(args) -> dict[str, Any]:
@@ -234,12 +235,18 @@ def cmd_show(args) -> int:
     store = RunStore.open(root, args.run_id)
     info, records = store.info, store.records()
     if args.turn is None:
-        print(f"run {info.run_id}  {info.status}")
+        print(f"run {info.run_id}  {effective_status(info, store.dir)}")
         print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
-        print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns")
+        search = info.config.get("search", "independent")
+        print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns, {search} search")
         # In the order they happened within each trajectory, cancelled generations included.
         for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):
-            print(f"  [t{rec.trajectory} turn {rec.turn}] {show_line(rec)}")
+            origin = f" (from t{prev[0]} turn {prev[1]})" if (prev := rec.previous()) and prev[0] != rec.trajectory else ""
+            print(f"  [t{rec.trajectory} turn {rec.turn}]{origin} {show_line(rec)}")
+        winner = (info.best.trajectory, info.best.turn) if info.best else None
+        if info.trajectories > 1 or any(r.parent_trajectory is not None for r in records):
+            print("\ntrajectories (which turn continued which; * marks the winner's path):")
+            print("\n".join(f"  {line}" for line in tree_lines(records, winner)))
         if info.best:
             print(f"best {fmt_speedup(info.best.speedup)} at trajectory {info.best.trajectory}, turn {info.best.turn}")
         if info.commit:
@@ -251,6 +258,8 @@ def cmd_show(args) -> int:
         raise UsageError(f"run {info.run_id} has no turn {args.turn} in trajectory {args.trajectory}",
                          f"finished turns: {have}")
     print(f"run {info.run_id}  trajectory {rec.trajectory}  turn {rec.turn}  status {rec.status.value}")
+    if (prev := rec.previous()) is not None and prev[0] != rec.trajectory:
+        print(f"continued trajectory {prev[0]} after its turn {prev[1]}")
     if rec.speedup is not None:
         print(f"speedup {fmt_speedup(rec.speedup)}")
     if times := stage_times(rec):

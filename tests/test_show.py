@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kevin_agent.cli import main
 from kevin_agent.formatting import stage_times
-from kevin_agent.results import StageTimes, Status, TurnRecord
+from kevin_agent.results import BestKernel, StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 
 from .tui_support import build_store, correct_eval, fixed_info, fixed_records
@@ -56,3 +56,26 @@ def test_show_turn_prints_the_error_and_the_stage_times(tmp_path, capsys):
     assert [name for name, _ in stage_times(rec)] == ["generation", "queue", "compile", "load", "correctness", "timing"]
     correct = show(capsys, RUN_ID, "--run-dir", str(root), "--turn", "3")
     assert "speedup 2.00x" in correct and "## error" not in correct and "time compile 31.5 s" in correct
+
+
+def test_show_run_draws_which_turn_continued_which(tmp_path, capsys):
+    """A beam run: each line says where a turn came from, and the tree marks the winner's path."""
+    root = tmp_path / "runs"
+    records = fixed_records()  # t0: turns 1-3, t1: turns 1-3
+    by_key = {(r.trajectory, r.turn): r for r in records}
+    by_key[(1, 2)] = by_key[(1, 2)].model_copy(update={"parent_trajectory": 0})
+    by_key[(1, 3)] = by_key[(1, 3)].model_copy(update={"parent_trajectory": 1})
+    by_key[(0, 3)] = by_key[(0, 3)].model_copy(update={"parent_trajectory": 0})
+    best = BestKernel(trajectory=0, turn=3, speedup=2.0, kernel_path="kernels/t0_turn3.py")
+    store = RunStore.create(root, fixed_info(RUN_ID, status="completed", created_at="2025-01-01T12:00:00+00:00",
+                                             best=best))
+    for rec in by_key.values():
+        store.append(rec)
+    out = show(capsys, RUN_ID, "--run-dir", str(root))
+    assert "  [t1 turn 2] (from t0 turn 1) compile_error" in out
+    tree = out.split("* marks the winner's path):\n")[1].splitlines()
+    assert tree[0].startswith("  t0  1:") and tree[0].endswith("3:2.00x*")
+    assert tree[1].startswith("    t1 (from t0 turn 1)  2:compile error")
+    assert tree[2].startswith("  t1  1:")
+    turn = show(capsys, RUN_ID, "--run-dir", str(root), "--turn", "2", "--trajectory", "1")
+    assert "continued trajectory 0 after its turn 1" in turn

@@ -459,3 +459,28 @@ def test_cli_in_tmux_shows_turns_feedback_and_speedups(tmp_path, size):
         assert status.read_text().strip() == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+async def test_b_branches_a_selected_turn_into_a_new_trajectory(tmp_path):
+    """`b` on a finished turn of a running run continues it in a new chain, recorded with its parent."""
+    repo = make_project(tmp_path / "proj", [{"reasoning": f"thought {i} " * 60, "text": f"answer {i} has no code"}
+                                           for i in range(6)])
+    config = config_for(repo)
+    registry = build_registry()
+    registry.backends["scripted"] = lambda cfg, skip=0: ScriptedBackend(cfg.responses, skip=skip, chunk_delay_s=0.02)
+    app = KevinApp(lambda sink: start_run(config, repo / "affine.py", sink, registry=registry),
+                   runs_root=repo / ".kevin" / "runs", deliver_at_end=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: (0, 1) in app.run_screen.state.records, 300, "turn 1")
+        assert "b" not in offered_keys(app), "nothing selected yet"
+        turns = app.screen.query_one(OptionList)
+        turns.focus()
+        turns.highlighted = next(i for i, o in enumerate(turns.options) if o.id == "t0-1")
+        await pilot.pause()
+        assert "b" in offered_keys(app)
+        await pilot.press("b")
+        await wait_for(pilot, lambda: app.outcome is not None, 300, "the run to end")
+    keys = sorted((r.trajectory, r.turn, r.parent_trajectory, r.parent_turn) for r in app.outcome.records)
+    branch = [k for k in keys if k[0] == 1]
+    assert branch and branch[0][2:] == (0, 1), keys
+    assert all(k[2:] == (None, None) for k in branch[1:])

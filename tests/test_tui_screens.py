@@ -21,7 +21,7 @@ from kevin_agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from kevin_agent.results import Stage, StageTimes, Status, TurnRecord
+from kevin_agent.results import BestKernel, Stage, StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.format import MARKS
@@ -407,3 +407,25 @@ async def test_resume_is_offered_only_for_a_run_nobody_runs_that_is_unfinished(t
         assert "r" not in offered_keys(app)
         await pilot.press("r")
         assert not app.running and "only unfinished runs resume" in " ".join(list(app._notifications)[-1].message.split())
+
+
+async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):
+    """`l` shows which turn continued which: the winner's path starred, the selected turn bracketed."""
+    root = tmp_path / "runs"
+    records = {(r.trajectory, r.turn): r for r in fixed_records()}
+    records[(1, 2)] = records[(1, 2)].model_copy(update={"parent_trajectory": 0})
+    best = BestKernel(trajectory=0, turn=3, speedup=2.0, kernel_path="kernels/t0_turn3.py")
+    store = RunStore.create(root, fixed_info(RUN_ID, status="completed", created_at="2025-01-01T12:00:00+00:00",
+                                             best=best))
+    for rec in records.values():
+        store.append(rec)
+    app = KevinApp(runs_root=root)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("enter")
+        turns = app.screen.query_one("#history-turns", OptionList)
+        turns.highlighted = next(i for i, o in enumerate(turns.options) if o.id == "t1-2")
+        await pilot.press("l")
+        await pilot.pause()
+        text = text_of(app, "#tab-lineage-text")
+        assert "t1 (from t0 turn 1)  2:[compile error]" in text
+        assert "3:2.00x*" in text.splitlines()[2]

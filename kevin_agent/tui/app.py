@@ -295,8 +295,10 @@ class KevinApp(App[int]):
 
     def action_cancel_generation(self) -> None:
         if (engine := self._engine_or_warn()) is not None:
-            engine.cancel_generation()
-            self.notify("generation cancelled; the turn is recorded as unfinished")
+            if engine.cancel_generation():
+                self.notify("generation cancelled: it is not shown to the model and the turn is generated again")
+            else:
+                self.notify("nothing is generating right now", severity="warning")
 
     def action_commit_best(self) -> None:
         if self.engine is None:

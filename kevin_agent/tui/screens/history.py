@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent
 from ...formatting import fmt_speedup
 from ...results import RunInfo, TurnRecord
 from ...store import list_runs, read_records
+from ...lineage import outcome, tree_lines
 from ..format import answer_text, diff_content, kernel_content, previous_turn
 from ..state import Key, RunState
 from ..widgets import CodePane, FeedbackView, FitHeader, TurnList
@@ -45,8 +46,9 @@ TABS = [
     ("tab-prompt", "Prompt", "p"),
     ("tab-response", "Response", "o"),
     ("tab-summary", "Summary", "m"),
+    ("tab-lineage", "Lineage", "l"),
 ]
-CODE_TABS = {"tab-kernel", "tab-diff"}
+CODE_TABS = {"tab-kernel", "tab-diff", "tab-lineage"}
 SIDE_SHARE = 0.4
 
 
@@ -270,6 +272,22 @@ class HistoryScreen(Screen):
             response = f"{record.reasoning}\n\n{record.response}"
         put("tab-response", Content(response))
         put("tab-summary", Content(record.summary) if record.summary else Content.styled("(no summary)", "$text-muted"))
+        put("tab-lineage", self._lineage(record))
+
+    def _lineage(self, selected: TurnRecord) -> Content:
+        """Which turn continued which in this run, the winner's path starred, this turn in brackets."""
+        records = [r for r in self.turns.records.values() if r.finished]
+        info = self.runs[self.run_id][0] if self.run_id in self.runs else None
+        winner = (info.best.trajectory, info.best.turn) if info is not None and info.best else None
+        here = (selected.trajectory, selected.turn)
+
+        def label(rec: TurnRecord) -> str:
+            text = outcome(rec)
+            return f"[{text}]" if (rec.trajectory, rec.turn) == here else text
+
+        lines = tree_lines(records, winner, label)
+        head = "Each line is a chain of turns; an indented line continued the turn it names. * the winner's path."
+        return Content.assemble((head, "$text-muted"), "\n\n", "\n".join(lines) or "(no finished turns)")
 
     def action_tab(self, pane: str) -> None:
         self.query_one("#turn-tabs", TabbedContent).active = pane

@@ -44,6 +44,8 @@ class RunScreen(Screen):
         Binding("h", "app.open_history", "History"),
         Binding("r", "toggle_reasoning", "Reasoning", tooltip="Show or hide the reasoning"),
         Binding("l", "follow_live", "Live", tooltip="Follow the live turn again"),
+        Binding("b", "branch", "Branch",
+                tooltip="Continue the selected finished turn in a new chain for the remaining turns"),
     ]
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -98,10 +100,36 @@ class RunScreen(Screen):
         engine = getattr(self.app, "engine", None)
         return bool(getattr(self.app, "running", False) and engine is not None and engine.generating)
 
+    def _branchable(self) -> tuple[int, int] | None:
+        """The selected turn, when a running run could continue it in a new chain."""
+        engine = getattr(self.app, "engine", None)
+        if not getattr(self.app, "running", False) or engine is None or self.pinned is None:
+            return None
+        record = self.state.record(self.pinned)
+        if record is None or not record.finished or record.turn >= engine.config.turns:
+            return None
+        return self.pinned
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_generation":
             return self._can_cancel()
+        if action == "branch":
+            return self._branchable() is not None
         return True
+
+    def action_branch(self) -> None:
+        key = self._branchable()
+        if key is None:
+            self.notify("select a finished turn of the running run that has turns left after it", severity="warning")
+            return
+        try:
+            self.app.engine.branch(*key)
+        except ValueError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        where = ("takes the weakest slot of the next turn" if self.app.engine.search.name == "beam"
+                 else "is a new trajectory")
+        self.notify(f"trajectory {key[0]} turn {key[1]} goes on in a new chain from the next turn: it {where}")
 
     def action_cancel_generation(self) -> None:
         self.app.action_cancel_generation()
@@ -263,11 +291,13 @@ class RunScreen(Screen):
         else:
             self.pinned, self.follow = None, key[0]
         self._show_selected()
+        self.refresh_bindings()  # `b` is offered for a selected finished turn
 
     def action_follow_live(self) -> None:
         self.pinned = None
         self._refresh_turns()
         self._show_selected()
+        self.refresh_bindings()
 
     def action_toggle_reasoning(self) -> None:
         self.query_one(ModelOutput).toggle_reasoning()
