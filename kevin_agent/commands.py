@@ -11,7 +11,7 @@ from .config import RunConfig, load_config
 from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
 from .formatting import fmt_seconds, fmt_speedup, stage_times
-from .progress import ProgressPrinter, turn_line
+from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
 from .results import Status, TurnRecord
 from .lineage import tree_lines
@@ -205,31 +205,6 @@ def cmd_history(args, registry: Registry) -> int:
     return ExitCode.OK
 
 
-def turn_error(rec: TurnRecord) -> str:
-    """What went wrong in a turn, in its own words (the feedback sentence wraps it in the
-    words the model was trained on)."""
-    if rec.parse_error:
-        return rec.parse_error
-    if rec.check is not None and not rec.check.passed:
-        return rec.check.summary()
-    if rec.eval is not None and rec.eval.error.strip():
-        return rec.eval.error.strip()
-    return rec.feedback.strip()
-
-
-def error_line(error: str) -> str:
-    """The line of an error worth a glance: a compiler's first ``error``, else the first line."""
-    lines = [line.strip() for line in error.splitlines() if line.strip()]
-    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
-    return first[:160]
-
-
-def show_line(rec: TurnRecord) -> str:
-    if rec.status is Status.CORRECT:
-        return turn_line(rec)
-    return f"{rec.status.value:<13} {error_line(turn_error(rec))}"
-
-
 def cmd_show(args) -> int:
     root = args.run_dir or default_runs_root()
     store = RunStore.open(root, args.run_id)
@@ -242,7 +217,7 @@ def cmd_show(args) -> int:
         # In the order they happened within each trajectory, cancelled generations included.
         for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):
             origin = f" (from t{prev[0]} turn {prev[1]})" if (prev := rec.previous()) and prev[0] != rec.trajectory else ""
-            print(f"  [t{rec.trajectory} turn {rec.turn}]{origin} {show_line(rec)}")
+            print(f"  [t{rec.trajectory} turn {rec.turn}]{origin} {turn_line(rec)}")
         winner = (info.best.trajectory, info.best.turn) if info.best else None
         if info.trajectories > 1 or any(r.parent_trajectory is not None for r in records):
             print("\ntrajectories (which turn continued which; * marks the winner's path):")

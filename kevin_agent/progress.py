@@ -21,8 +21,26 @@ def turn_line(rec: TurnRecord) -> str:
         if rec.eval.flags:
             line += "  FLAGGED: " + "; ".join(rec.eval.flags)
         return line
-    first = rec.feedback.strip().splitlines()[0] if rec.feedback.strip() else ""
-    return f"{head} {first[:160]}"
+    return f"{head} {error_line(turn_error(rec))}"
+
+
+def turn_error(rec: TurnRecord) -> str:
+    """What went wrong in a turn, in its own words (the feedback sentence wraps it in the
+    words the model was trained on)."""
+    if rec.parse_error:
+        return rec.parse_error
+    if rec.check is not None and not rec.check.passed:
+        return rec.check.summary()
+    if rec.eval is not None and rec.eval.error.strip():
+        return rec.eval.error.strip()
+    return rec.feedback.strip()
+
+
+def error_line(error: str) -> str:
+    """The line of an error worth a glance: a compiler's first ``error``, else the first line."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    return first[:160]
 
 
 class ProgressPrinter:
