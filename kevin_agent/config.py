@@ -79,9 +79,13 @@ class EvalOptions(BaseModel):
     run_timeout_s: float = Field(300.0, gt=0)
     """Wall-clock limit for checking and timing one candidate (and for probing the task), in seconds;
     also the cap of every stage's own limit."""
+    load_timeout_s: float = Field(120.0, gt=0)
+    """Time limit of a candidate's load stage (importing it, load_inline finding its build, making
+    the models), in seconds: no kernel runs there, so it is not derived from the reference's time,
+    and a machine busy with builds must not turn a slow import into the candidate's timeout."""
     stage_floor_s: float = Field(10.0, gt=0)
-    """Shortest time limit of a candidate's load, correctness and timing stages, in seconds: covers
-    the harness's own work and a first kernel call that loads its module."""
+    """Shortest time limit of a candidate's correctness and timing stages, in seconds: covers the
+    harness's own work and a first kernel call that loads its module."""
     stage_time_factor: float = Field(50.0, gt=0)
     """On top of the floor, a stage may take this many times what the reference's own calls in that
     stage take, so a kernel that hangs costs seconds, not run_timeout_s."""

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,16 @@ def test_the_gate_holds_across_processes_and_a_wait_can_be_abandoned(tmp_path):
     holder.wait()
     with DeviceGate(lock).exclusive():  # the abandoned wait did not keep the lock
         pass
+
+
+def test_the_load_stage_has_its_own_limit_not_one_derived_from_the_reference():
+    """No kernel runs while a candidate loads; a machine busy with builds must not make an honest
+    import time out, so load gets load_timeout_s while the kernel's stages get derived limits."""
+    from kevin_agent.evaluate.reference import stage_limit
+
+    settings = EvalSettings(device="cpu", stage_floor_s=3.0, load_timeout_s=90.0, run_timeout_s=300.0)
+    reference = SimpleNamespace(eager=SimpleNamespace(median_ms=0.5), call_s=0.0005)
+    load = stage_limit("load", settings, reference)
+    assert load.seconds == 90.0 and "load_timeout_s" in load.how
+    assert stage_limit("correctness", settings, reference).seconds < 10
+    assert stage_limit("load", settings.model_copy(update={"run_timeout_s": 60.0}), reference).seconds == 60.0

@@ -117,7 +117,10 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
     """How long a candidate's stage may run: a floor, plus a multiple of the time the reference's
     own calls in that stage take, capped at ``run_timeout_s``."""
     cap = settings.run_timeout_s
-    calls = {"load": 1, "correctness": 2 * settings.correctness_trials + 1,
+    if phase == "load":
+        seconds = min(settings.load_timeout_s, cap)
+        return Limit(seconds, f"load_timeout_s = {seconds:g} s")
+    calls = {"correctness": 2 * settings.correctness_trials + 1,
              "timing": 2 * (settings.warmup_runs + settings.timed_runs) + 4}.get(phase)
     if calls is None or ref is None:
         return Limit(cap, f"run_timeout_s = {cap:g} s")
