@@ -88,6 +88,8 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
         _flag(e, "device", metavar="NAME", help=_choices_help("device", registry.devices))
         _flag(e, "class_name", "--class", metavar="NAME")
     _flag(e, "eval_gpu", type=int, metavar="N")
+    _flag(e, "confirm_top", type=_positive_int, metavar="N")
+    _flag(e, "confirm_rounds", type=_positive_int, metavar="N")
     _add_eval_flags(e)
     o = p.add_argument_group("output")
     o.add_argument("--headless", action="store_true", help="plain progress on stderr, no terminal UI")
@@ -96,6 +98,8 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     o.add_argument("--replace", action="store_true",
                    help="overwrite target files git could not restore (untracked), and a kernel module that "
                         "claims a better speedup on this device")
+    o.add_argument("--accept-flagged", action="store_true",
+                   help="deliver the best kernel even when it is flagged as faster than the physical floor allows")
     _flag(o, "branch", metavar="NAME")
     _flag(o, "out", type=Path, metavar="PATH")
     _flag(o, "run_dir", type=Path, metavar="DIR")
@@ -110,6 +114,7 @@ def _add_eval_flags(group) -> None:
     _flag(group, "timed_runs", type=_positive_int, metavar="N")
     _flag(group, "compare_compile", action=argparse.BooleanOptionalAction)
     _flag(group, "fast_build", action=argparse.BooleanOptionalAction)
+    _flag(group, "bandwidth_gb_s", type=_nonneg_float, metavar="GB_S")
 
 
 def build_parser(registry) -> argparse.ArgumentParser:

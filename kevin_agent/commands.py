@@ -10,7 +10,7 @@ from typing import Any
 from .config import RunConfig, load_config
 from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
-from .formatting import fmt_seconds, fmt_speedup, stage_times
+from .formatting import best_words, confirmed_line, fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
 from .results import Status, TurnRecord
@@ -63,11 +63,13 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
         from .tui import run_tui
 
         return run_tui(start, runs_root=runs_root, outputs=outputs, registry=registry, replace=args.replace,
-                       run_id=run_id)
-    return run_headless(start, outputs, registry, replace=args.replace, run_id=run_id)
+                       accept_flagged=args.accept_flagged, run_id=run_id)
+    return run_headless(start, outputs, registry, replace=args.replace, accept_flagged=args.accept_flagged,
+                        run_id=run_id)
 
 
-def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: str | None) -> int:
+def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: str | None,
+                 accept_flagged: bool = False) -> int:
     """Drive a run in this thread with progress on stderr; signals end it through ``interrupts``."""
     from .finish import Ending, close, execute, make_plan
     from .interrupts import HeadlessSignals, kill_run_processes
@@ -97,7 +99,7 @@ def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: s
             if signals.signum is not None:
                 ending.signum = signals.signum  # the first signal says how the run ended
             if ending.wants_delivery():
-                ending.plan, records = make_plan(engine, replace=replace)
+                ending.plan, records = make_plan(engine, replace=replace, accept_flagged=accept_flagged)
                 ending.delivery = execute(engine, ending.plan, records)
             return close(ending, outputs, registry)
         finally:
@@ -222,8 +224,12 @@ def cmd_show(args) -> int:
         if info.trajectories > 1 or any(r.parent_trajectory is not None for r in records):
             print("\ntrajectories (which turn continued which; * marks the winner's path):")
             print("\n".join(f"  {line}" for line in tree_lines(records, winner)))
+        if info.confirmation is not None:
+            print("\nconfirmed (verified again on fresh seeds, timed head to head):")
+            for kernel in info.confirmation.kernels:
+                print(f"  {confirmed_line(kernel)}")
         if info.best:
-            print(f"best {fmt_speedup(info.best.speedup)} at trajectory {info.best.trajectory}, turn {info.best.turn}")
+            print(f"best {best_words(info.best)}")
         if info.commit:
             print(f"commit {info.commit}")
         return ExitCode.OK

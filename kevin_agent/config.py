@@ -107,6 +107,15 @@ class EvalOptions(BaseModel):
     operator, from Python or from its C++ code: the run-time side of the no-torch-compute rule."""
     seed: int = 0
     """Base seed: correctness trial i uses seed + i; models are built under seed."""
+    confirm_top: int = Field(3, ge=1)
+    """Distinct verified kernels confirmed when the run ends: verified again on fresh seeds and timed
+    head to head with the reference; the winner and every published number come from that."""
+    confirm_rounds: int | None = Field(None, ge=5)
+    """Most rounds of the head-to-head timing (default 1000 on cuda, 100 on cpu); it stops sooner once
+    each kernel's 95% interval is within 1% of its median."""
+    bandwidth_gb_s: float | None = Field(None, gt=0)
+    """The device's memory bandwidth in GB/s for the physical floor (default: measured by the worker).
+    A kernel faster than its inputs and outputs can move at this bandwidth is flagged as implausible."""
 
 
 class EvalSettings(EvalOptions):
@@ -118,6 +127,7 @@ class EvalSettings(EvalOptions):
     warmup_runs: int = Field(None, ge=0, validate_default=False)  # type: ignore[assignment]
     timed_runs: int = Field(None, ge=1, validate_default=False)  # type: ignore[assignment]
     compare_compile: bool = Field(None, validate_default=False)  # type: ignore[assignment]
+    confirm_rounds: int = Field(None, ge=5, validate_default=False)  # type: ignore[assignment]
 
     @model_validator(mode="before")
     @classmethod
@@ -127,7 +137,7 @@ class EvalSettings(EvalOptions):
             return data
         cuda = data.get("device") == "cuda"
         device_defaults = {"warmup_runs": 10 if cuda else 3, "timed_runs": 100 if cuda else 20,
-                           "compare_compile": cuda}
+                           "compare_compile": cuda, "confirm_rounds": 1000 if cuda else 100}
         return {**data, **{k: v for k, v in device_defaults.items() if data.get(k) is None}}
 
 

@@ -4,9 +4,14 @@
 do; that one ``DeliveryPlan`` is what the TUI's question, stderr and the JSON summary show, and
 what ``deliver`` carries out. Problems never raise; they are in the plan or the ``Delivery``.
 
+The kernel delivered is the run's winner (``confirmation.winner``): the confirmed one where the
+run's best kernels were confirmed, and every number written comes from its confirmation.
+
 What is never overwritten: a file with uncommitted changes (a person's edit). What is only
 overwritten with ``--replace`` (or a yes in the TUI): a file git could not restore (untracked,
-or outside a repository), and a module that claims a better kernel on the same device.
+or outside a repository), and a module that claims a better kernel on the same device. What is
+only delivered with ``--accept-flagged`` (or a yes in the TUI): a winner flagged as faster than the
+physical floor allows.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from pydantic import BaseModel, Field
 
 from . import gitops
 from .config import RunConfig
+from .confirmation import Winner, current, winner
 from .errors import GitError
+from .formatting import fmt_confirmed
 from .kernel_module import KernelClaim, kernel_claim, module_stem, read_claim, render_kernel_module
-from .report import ReportPaths, best_record, report_stem_paths, write_report_files
+from .report import ReportPaths, report_stem_paths, write_report_files
 from .results import RunInfo, TurnRecord
 from .task import Task
 
@@ -58,6 +65,10 @@ class DeliveryPlan(BaseModel):
     """--replace was given, or the person said yes to what ``needs_replace`` lists."""
     replaces: KernelClaim | None = None
     """The kernel the existing module claims, when it claims a better one on the same device."""
+    flagged: str | None = None
+    """Why the kernel is flagged as implausible (the flag naming the physical floor), or None."""
+    accept_flagged: bool = False
+    """--accept-flagged was given, or the person said yes to delivering a flagged kernel."""
 
     @property
     def paths(self) -> list[Path]:
@@ -79,15 +90,25 @@ class DeliveryPlan(BaseModel):
 
     @property
     def writable(self) -> bool:
-        return self.kernel is not None and not self.blocked and (self.replace or not self.needs_replace)
+        return (self.kernel is not None and not self.blocked and (self.replace or not self.needs_replace)
+                and (self.accept_flagged or self.flagged is None))
 
     def allowing_replace(self) -> DeliveryPlan:
         return self.model_copy(update={"replace": True})
 
+    def consented(self) -> DeliveryPlan:
+        """The plan once the person said yes to what it asks: replacing files, a flagged kernel."""
+        return self.model_copy(update={"replace": self.replace or bool(self.needs_replace),
+                                       "accept_flagged": self.accept_flagged or self.flagged is not None})
+
     def question(self) -> tuple[str, str]:
         """The TUI's question about this plan and its yes button."""
+        verb = " and commit" if self.commit else ""
+        if self.flagged is not None and not self.accept_flagged:
+            also = " and replace the existing files" if self.needs_replace and not self.replace else ""
+            return f"deliver a kernel flagged as implausible{also}?", "Deliver flagged" + verb
         if self.needs_replace and not self.replace:
-            return "replace the existing files?", "Replace" + (" and commit" if self.commit else "")
+            return "replace the existing files?", "Replace" + verb
         return ("commit the best kernel?", "Commit") if self.commit else ("write the best kernel?", "Write")
 
     def why_not_written(self) -> str:
@@ -96,6 +117,8 @@ class DeliveryPlan(BaseModel):
             return self.nothing
         if self.blocked:
             return "; ".join(self.blocked)
+        if self.flagged is not None and not self.accept_flagged:
+            return f"the best kernel is flagged: {self.flagged}. Pass --accept-flagged to deliver it anyway"
         if self.needs_replace and not self.replace:
             return "; ".join(self.needs_replace) + ": pass --replace to overwrite"
         return ""
@@ -113,7 +136,10 @@ class DeliveryPlan(BaseModel):
         if self.kernel is None:
             return [("nothing to deliver", self.nothing or "")]
         k = self.kernel
-        lines = [("best kernel", f"trajectory {k.trajectory} turn {k.turn}, {k.speedup:.2f}x on {k.device_name}")]
+        speedup = fmt_confirmed(k.confirmation) + " confirmed" if k.confirmation is not None else f"{k.speedup:.2f}x"
+        lines = [("best kernel", f"trajectory {k.trajectory} turn {k.turn}, {speedup} on {k.device_name}")]
+        if self.flagged is not None:
+            lines.append(("flagged" if self.accept_flagged else "needs --accept-flagged", self.flagged))
         lines += [("writes" if i == 0 else "", f"{p} ({_STATE_WORDS[self.states.get(p, 'new')]})")
                   for i, p in enumerate(self.paths)]
         if self.replaces is not None:
@@ -178,20 +204,21 @@ class Delivery(BaseModel):
         return "nothing to deliver"
 
 
-def commit_message(task: Task, info: RunInfo, best: TurnRecord) -> str:
-    ev = best.eval
-    speedup = best.speedup or 0.0
+def commit_message(task: Task, info: RunInfo, best: Winner | TurnRecord) -> str:
+    best = best if isinstance(best, Winner) else Winner(best)
+    ev = best.record.eval
+    speedup = best.speedup
     speedups = f"{speedup:.2f}x eager"
-    if ev is not None and ev.speedup_vs_compile is not None:
-        speedups += f", {ev.speedup_vs_compile:.2f}x torch.compile"
+    if best.headline is not None:
+        low, high = best.headline.ci95
+        speedups += f" (95% interval {low:.2f}-{high:.2f}x, {best.headline.runs} rounds head to head)"
+    if best.speedup_vs_compile is not None:
+        speedups += f", {best.speedup_vs_compile:.2f}x torch.compile"
     device = (ev.device_name if ev else "") or info.device_name or info.device
-    return (
-        f"kevin-opt: {task.name} {task.class_name} kernel, {speedup:.2f}x faster on {device}\n"
-        "\n"
-        f"Kevin-Run: {info.run_id}\n"
-        f"Kevin-Model: {info.model}\n"
-        f"Kevin-Speedup: {speedups}\n"
-    )
+    trailers = f"Kevin-Run: {info.run_id}\nKevin-Model: {info.model}\nKevin-Speedup: {speedups}\n"
+    if best.flag is not None:
+        trailers += f"Kevin-Flagged: {best.flag}\n"
+    return f"kevin-opt: {task.name} {task.class_name} kernel, {speedup:.2f}x faster on {device}\n\n{trailers}"
 
 
 def target_paths(task: Task, config: RunConfig) -> tuple[Path, ReportPaths]:
@@ -206,26 +233,31 @@ def target_paths(task: Task, config: RunConfig) -> tuple[Path, ReportPaths]:
     return kernel, report_stem_paths(kernel.parent, stem)
 
 
-def nothing_to_deliver(records: Sequence[TurnRecord], min_speedup: float) -> str | None:
-    best = best_record(records)
-    if best is None or best.speedup is None:
+def nothing_to_deliver(info: RunInfo, records: Sequence[TurnRecord], min_speedup: float) -> str | None:
+    best = winner(info, records)
+    if best is None:
+        confirmation = current(info, records)
+        if confirmation is not None and confirmation.kernels:
+            return "no kernel survived the confirmation: each was dropped on a second look"
         return "no turn produced a verified kernel"
     if best.speedup < min_speedup:
-        return f"the best verified kernel reached {best.speedup:.2f}x, below --min-speedup {min_speedup:.2f}x"
+        what = "confirmed at" if best.confirmed is not None else "reached"
+        return f"the best verified kernel {what} {best.speedup:.2f}x, below --min-speedup {min_speedup:.2f}x"
     return None
 
 
 def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], config: RunConfig, *,
-                  replace: bool = False) -> DeliveryPlan:
-    """What delivering the best of ``records`` would do; ``deliver`` takes the same records."""
-    nothing = nothing_to_deliver(records, config.min_speedup)
+                  replace: bool = False, accept_flagged: bool = False) -> DeliveryPlan:
+    """What delivering the run's winner (``confirmation.winner``) would do; ``deliver`` takes the
+    same records."""
+    nothing = nothing_to_deliver(info, records, config.min_speedup)
     if nothing is not None:
         return DeliveryPlan(nothing=nothing, commit_wanted=config.commit)
-    best = best_record(records)
+    best = winner(info, records)
     kernel_path, report = target_paths(task, config)
     plan = DeliveryPlan(kernel=kernel_claim(best, info), kernel_path=kernel_path, report=report,
                         commit_wanted=config.commit, branch=config.branch, message=commit_message(task, info, best),
-                        replace=replace)
+                        replace=replace, flagged=best.flag, accept_flagged=accept_flagged)
     repo = gitops.find_repo(kernel_path.parent)
     try:
         plan.states = gitops.path_states(repo, plan.paths)
@@ -271,7 +303,7 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
             "declined: nothing written, nothing committed; the kernel stays in the run directory"])
     if not plan.writable:
         return Delivery(plan=plan, outcome="refused", notes=[f"not written: {plan.why_not_written()}"])
-    best = best_record(records)
+    best = winner(info, records)
     if best is None or (best.trajectory, best.turn) != (plan.kernel.trajectory, plan.kernel.turn):
         raise ValueError("deliver() needs the records the plan was made from")
     repo = gitops.find_repo(plan.kernel_path.parent)
@@ -296,7 +328,7 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
 
 
 def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord],
-           best: TurnRecord) -> Delivery:
+           best: Winner) -> Delivery:
     plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
     plan.kernel_path.write_text(render_kernel_module(task, best, info, stem=plan.kernel_path.stem), encoding="utf-8")
     write_report_files(info, records, plan.report)
@@ -304,6 +336,8 @@ def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Turn
     delivery.notes.append("wrote " + ", ".join(map(str, plan.paths)))
     if plan.replaces is not None:
         delivery.notes.append(f"replaced {plan.kernel_path.name}, which claimed {plan.replaces.describe()}")
+    if plan.flagged is not None:
+        delivery.notes.append(f"delivered although flagged: {plan.flagged}")
     return delivery
 
 

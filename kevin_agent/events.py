@@ -10,7 +10,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel
 
-from .results import BestKernel, Stage, TurnRecord
+from .results import BestKernel, Confirmation, Stage, TurnRecord
 
 
 class RunStarted(BaseModel):
@@ -93,6 +93,28 @@ class Notice(BaseModel):
     message: str
 
 
+class Candidate(BaseModel):
+    """A kernel about to be confirmed, by its turn's own numbers."""
+
+    trajectory: int
+    turn: int
+    speedup: float
+
+
+class ConfirmationStarted(BaseModel):
+    """The best distinct kernels are being verified again and timed head to head."""
+
+    kind: Literal["confirmation_started"] = "confirmation_started"
+    kernels: list[Candidate]
+
+
+class ConfirmationFinished(BaseModel):
+    kind: Literal["confirmation_finished"] = "confirmation_finished"
+    confirmation: Confirmation
+    best: BestKernel | None
+    """The winner (None: every kernel was dropped)."""
+
+
 class RunFinished(BaseModel):
     kind: Literal["run_finished"] = "run_finished"
     run_id: str
@@ -103,5 +125,5 @@ class RunFinished(BaseModel):
 
 Event = Union[
     RunStarted, TurnStarted, TokenDelta, GenerationFinished, EvalStage, EvalOutput, TurnFinished, Notice,
-    RunFinished,
+    ConfirmationStarted, ConfirmationFinished, RunFinished,
 ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .confirmation import current, winner
 from .console import print_error, write_json
 from .delivery import Delivery, DeliveryPlan, deliver, plan_delivery
 from .errors import ExitCode, KevinError
@@ -101,11 +102,19 @@ class Ending:
         return out
 
 
-def make_plan(engine: Engine, *, replace: bool = False) -> tuple[DeliveryPlan, list[TurnRecord]]:
+def make_plan(engine: Engine, *, replace: bool = False, accept_flagged: bool = False,
+              ) -> tuple[DeliveryPlan, list[TurnRecord]]:
     """The delivery plan for the run as it stands, and the records it was made from (``execute``
-    needs the same ones, so the report always describes the kernel the plan names)."""
+    needs the same ones, so the report always describes the kernel the plan names). The best
+    kernels are confirmed first where they are not yet (the run goes on, say); a run that can no
+    longer confirm them (it ended before it could) delivers nothing."""
+    confirmation = engine.confirm()
     records = engine.store.records()
-    return plan_delivery(engine.task, engine.store.info, records, engine.config, replace=replace), records
+    if confirmation is None and any(r.correct for r in records):
+        return DeliveryPlan(nothing="the best kernels were not confirmed (the run ended before they could be): "
+                                    "resume the run to confirm and deliver them", commit_wanted=engine.config.commit), records
+    return plan_delivery(engine.task, engine.store.info, records, engine.config, replace=replace,
+                         accept_flagged=accept_flagged), records
 
 
 def execute(engine: Engine, plan: DeliveryPlan, records: list[TurnRecord], *, declined: bool = False) -> Delivery:
@@ -163,7 +172,8 @@ def summary(ending: Ending, records: list[TurnRecord]) -> dict[str, Any]:
     engine = ending.engine
     assert engine is not None
     info = engine.store.info
-    best = engine.best_turn()
+    best = winner(info, records)
+    confirmation = current(info, records)
     delivery = ending.delivery
     return {
         "run_id": info.run_id,
@@ -194,9 +204,19 @@ def summary(ending: Ending, records: list[TurnRecord]) -> dict[str, Any]:
             "trajectory": best.trajectory,
             "turn": best.turn,
             "speedup": best.speedup,
-            "speedup_vs_compile": best.eval.speedup_vs_compile if best.eval else None,
-            "kernel_path": str(engine.store.dir / best.kernel_path) if best.kernel_path else None,
+            "speedup_vs_compile": best.speedup_vs_compile,
+            "run_speedup": best.record.speedup,
+            "confirmation": best.headline.model_dump() if best.headline is not None else None,
+            "implausible": best.flag is not None,
+            "flag": best.flag,
+            "kernel_path": str(engine.store.dir / best.record.kernel_path) if best.record.kernel_path else None,
         },
+        "confirmation": None if confirmation is None else [
+            {"trajectory": k.trajectory, "turn": k.turn, "verified": k.verified, "error": k.error or None,
+             "run_speedup": k.run_speedup, "speedup_median": k.speedup_median, "ci95": k.ci95,
+             "speedup_vs_compile_median": k.speedup_vs_compile_median, "runs": k.runs, "implausible": k.implausible}
+            for k in confirmation.kernels
+        ],
         "delivery": None if delivery is None else {
             "outcome": delivery.outcome,
             "headline": delivery.headline(),

@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
-from .results import EvalResult, TimingStats, TurnRecord
+from .results import BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, TimingStats, TurnRecord
 
 STAGE_ORDER = ("generation", "queue", "compile", "load", "correctness", "timing")
 
 
 def fmt_speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def fmt_confirmed(headline: ConfirmedSpeedup) -> str:
+    """A confirmed speedup with its interval: ``2.41x (95% interval 2.39-2.43x, 200 rounds)``."""
+    low, high = headline.ci95
+    return f"{headline.speedup_median:.2f}x (95% interval {low:.2f}-{high:.2f}x, {headline.runs} rounds)"
+
+
+def confirmed_line(kernel: Confirmed) -> str:
+    """One kernel's confirmation in a line: its confirmed numbers, or why it was dropped."""
+    where = f"t{kernel.trajectory} turn {kernel.turn}"
+    headline = kernel.headline()
+    if headline is None:
+        first = next((line.strip() for line in kernel.error.splitlines() if line.strip()), "not confirmed")
+        return f"dropped {where}: {first[:200]}"
+    line = f"confirmed {where}: {fmt_confirmed(headline)}"
+    if headline.speedup_vs_compile_median is not None:
+        line += f", {fmt_speedup(headline.speedup_vs_compile_median)} vs torch.compile"
+    if kernel.run_speedup is not None:
+        line += f"; its turn measured {fmt_speedup(kernel.run_speedup)}"
+    if kernel.implausible:
+        line += "  FLAGGED: " + next((f for f in kernel.flags if f.startswith("implausible")), "implausible")
+    return line
+
+
+def best_words(best: BestKernel) -> str:
+    """The best kernel as the last progress line and ``show`` say it."""
+    if best.confirmation is not None:
+        text = f"{fmt_confirmed(best.confirmation)} confirmed"
+    else:
+        text = fmt_speedup(best.speedup)
+    return f"{text} (trajectory {best.trajectory}, turn {best.turn})" + ("  FLAGGED" if best.implausible else "")
 
 
 def fmt_ms(stats: TimingStats | None) -> str:

@@ -8,6 +8,11 @@ generation; each turn is recorded as soon as its own evaluation ends. Which hist
 turn's slots continue is the search's choice (``search.py``). Ending a run early is an
 exception carrying its reason; run state is saved in ``finally``.
 
+When the turns end (completed, or stopped by the person), and before ``--target-speedup`` ends a
+run, the best distinct kernels are confirmed (``confirm``, see ``confirmation.py``): the winner and
+its numbers come from that. The target ends the run only when the confirmed winner still meets
+it and is not flagged; an interrupted run is not confirmed (it is confirmed when resumed).
+
 Steering, from any thread: ``request_stop`` ends the run after the current turn;
 ``cancel_generation`` cancels the generation in flight (those turns are recorded as cancelled,
 never shown to the model, and generated again); ``abort`` ends the run now (a signal): the
@@ -28,10 +33,11 @@ from pydantic import BaseModel
 
 from . import events as ev
 from .config import RunConfig
+from .confirmation import candidates, confirmation_key, winner
 from .parsing import parse_response
 from .prompting import Attempt, RenderedPrompt, feedback_sentence, render_prompt
 from .protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
-from .results import BestKernel, CheckResult, EvalResult, Status, TurnRecord, best_record
+from .results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
 from .search import IndependentSearch, lineage
 from .store import RunStore, now_iso
 from .task import Task
@@ -82,6 +88,10 @@ class Engine:
         self._reports_done = _accepts(backend.generate, "on_done")
         self._branches: list[tuple[int, int]] = []
         self._branch_lock = threading.Lock()
+        self._confirming = threading.Lock()
+        self._closed = False
+        self._judged: str | None = None
+        """The key of the confirmation the target was last judged on."""
 
     # --- steering (thread-safe) ----------------------------------------------------------
     def request_stop(self) -> None:
@@ -122,15 +132,51 @@ class Engine:
             self._branches.append((trajectory, turn))
 
     def best_turn(self) -> TurnRecord | None:
-        return best_record(self.records)
+        """The winner's turn: the confirmed winner's where the best kernels are confirmed."""
+        best = winner(self.store.info, self.records)
+        return best.record if best is not None else None
 
     def best_kernel(self) -> BestKernel | None:
-        return BestKernel.of(self.records, self.store.dir)
+        best = winner(self.store.info, self.records)
+        if best is None:
+            return None
+        if best.confirmed is not None:
+            return BestKernel.confirmed(best.confirmed, self.store.dir)
+        return BestKernel.of([best.record], self.store.dir)
 
     def close(self) -> None:
         """Give back the evaluator's workers and the backend (a vLLM engine holds the GPU)."""
+        self._closed = True
         self.evaluator.close()
         self.backend.close()
+
+    # --- confirmation -------------------------------------------------------------------------
+    def confirm(self) -> Confirmation | None:
+        """Confirm the best distinct kernels as they stand, or find them confirmed already with
+        the same settings; the confirmation is kept in run.json. None when there is no verified
+        kernel, or when they cannot be confirmed now (the run was aborted or has closed)."""
+        with self._confirming:
+            picks = candidates(self.records, self.config.confirm_top)
+            if not picks:
+                return None
+            settings = self.config.model_dump(mode="json", include=_CONFIRMATION_SETTINGS)
+            key = confirmation_key(picks, settings, self.store.info.device_name)
+            stored = self.store.info.confirmation
+            if stored is not None and stored.key == key:
+                return stored
+            if self._abort.is_set() or self._closed:
+                return None
+            self.sink.emit(ev.ConfirmationStarted(kernels=[
+                ev.Candidate(trajectory=r.trajectory, turn=r.turn, speedup=r.speedup) for r in picks]))
+            result = self.evaluator.confirm([r.code for r in picks])
+            if self._abort.is_set():
+                return None  # cut short: nothing of it is kept
+            kernels = [v.model_copy(update=dict(trajectory=r.trajectory, turn=r.turn, kernel_path=r.kernel_path or "",
+                                                run_speedup=r.speedup)) for v, r in zip(result.kernels, picks)]
+            confirmation = result.model_copy(update=dict(kernels=kernels, key=key, created_at=now_iso()))
+            self.store.update_info(confirmation=confirmation)
+            self.sink.emit(ev.ConfirmationFinished(confirmation=confirmation, best=self.best_kernel()))
+            return confirmation
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -144,15 +190,22 @@ class Engine:
         reason = "failed"
         self.store.update_info(status="running")
         try:
-            self._check_target()
-            for turn in range(1, self.config.turns + 1):
-                # A cancelled generation leaves its turn undone: it is generated again at once.
-                while todo := self._todo(turn):
-                    self.step(turn, todo)
-                    self._check_target()
-                    if self._stop.is_set():
-                        raise StopRun("stopped")
-            reason = "completed"
+            try:
+                self._check_target()
+                for turn in range(1, self.config.turns + 1):
+                    # A cancelled generation leaves its turn undone: it is generated again at once.
+                    while todo := self._todo(turn):
+                        self.step(turn, todo)
+                        self._check_target()
+                        if self._stop.is_set():
+                            raise StopRun("stopped")
+                reason = "completed"
+            except StopRun as stop:
+                if stop.reason != "stopped":
+                    raise
+                reason = stop.reason
+            self.confirm()
+            self._raise_if_aborted()
         except StopRun as stop:
             reason = stop.reason
         except KeyboardInterrupt:
@@ -186,10 +239,32 @@ class Engine:
         return slots
 
     def _check_target(self) -> None:
+        """End the run once the confirmed winner meets the target and is not flagged; a turn that
+        reaches it starts a confirmation first."""
         target = self.config.target_speedup
-        best = self.best_turn()
-        if target is not None and best is not None and best.speedup is not None and best.speedup >= target:
+        if target is None:
+            return
+        reaching = {(r.trajectory, r.turn) for r in self.records
+                    if r.correct and r.speedup is not None and r.speedup >= target and not r.eval.implausible}
+        stored = self.store.info.confirmation
+        # A turn has its second look once: turns that come after and do not reach the target
+        # themselves do not start another confirmation.
+        if not reaching or reaching <= {(k.trajectory, k.turn) for k in (stored.kernels if stored else [])}:
+            confirmation = stored
+        else:
+            confirmation = self.confirm()
+            self._raise_if_aborted()
+        best = winner(self.store.info, self.records)
+        if best is not None and best.confirmed is not None and best.flag is None and best.speedup >= target:
             raise StopRun("target_reached")
+        judged = best is None or best.confirmed is not None  # else the confirmation is of other kernels
+        if reaching and confirmation is not None and judged and confirmation.key != self._judged:
+            self._judged = confirmation.key
+            why = ("no kernel survived it" if best is None else
+                   f"the winner is flagged ({best.flag})" if best.flag is not None else
+                   f"the winner confirmed at {best.speedup:.2f}x")
+            self.sink.emit(ev.Notice(message=f"--target-speedup {target:g}x was reached by a turn, but on a "
+                                             f"second look {why}; the run goes on"))
 
     def step(self, turn: int, slots: list[Slot]) -> None:
         """One turn of the given slots, each candidate evaluated as soon as its answer is in."""
@@ -289,6 +364,12 @@ class Engine:
         if record.finished:
             self.records.append(record)
         self.sink.emit(ev.TurnFinished(record=record, best=self.best_kernel()))
+
+
+_CONFIRMATION_SETTINGS = {"correctness_trials", "tolerance", "atol", "rtol", "reference_tf32", "warmup_runs",
+                          "timed_runs", "compare_compile", "op_audit", "cpu_threads", "confirm_rounds",
+                          "bandwidth_gb_s", "seed"}
+"""The settings a confirmation depends on: with others, the run's best kernels are confirmed again."""
 
 
 def _accepts(func: Callable, name: str) -> bool:

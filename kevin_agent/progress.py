@@ -6,7 +6,7 @@ import sys
 from typing import TextIO
 
 from . import events as ev
-from .formatting import fmt_speedup
+from .formatting import best_words, confirmed_line, fmt_speedup
 from .results import Status, TurnRecord
 
 
@@ -79,7 +79,16 @@ class ProgressPrinter:
             self._out(f"{self._where(rec.trajectory, rec.turn)} {turn_line(rec)}{best}")
         elif isinstance(event, ev.Notice):
             self._out(f"kevin-opt: {event.level}: {event.message}")
+        elif isinstance(event, ev.ConfirmationStarted):
+            kernels = ", ".join(f"t{k.trajectory} turn {k.turn} {fmt_speedup(k.speedup)}" for k in event.kernels)
+            count = "kernel" if len(event.kernels) == 1 else f"{len(event.kernels)} kernels"
+            self._out(f"kevin-opt: confirming the best {count} ({kernels}): verified again on fresh inputs "
+                      "and timed head to head with the reference")
+        elif isinstance(event, ev.ConfirmationFinished):
+            for kernel in event.confirmation.kernels:
+                self._out(f"kevin-opt: {confirmed_line(kernel)}")
+            if event.best is None:
+                self._out("kevin-opt: no kernel survived the confirmation")
         elif isinstance(event, ev.RunFinished):
-            best = (f"best {fmt_speedup(event.best.speedup)} (trajectory {event.best.trajectory}, turn "
-                    f"{event.best.turn})" if event.best else "no verified kernel")
+            best = f"best {best_words(event.best)}" if event.best else "no verified kernel"
             self._out(f"kevin-opt: run {event.reason} after {event.turns_done} turns: {best}")

@@ -11,7 +11,7 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from .events import Event
-from .results import EvalResult, Stage, TurnRecord
+from .results import Confirmation, EvalResult, Stage, TurnRecord
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
 TokenCallback = Callable[[int, Literal["reasoning", "text"], str], None]
@@ -100,6 +100,12 @@ class Evaluator(Protocol):
         self, sources: Sequence[str], *, on_stage: StageCallback | None = None
     ) -> list[EvalResult]:
         """Submit every source and wait: one result per source, in order."""
+        ...
+
+    def confirm(self, sources: Sequence[str]) -> Confirmation:
+        """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
+        interleaved, in one worker: one verdict per source, in order (a kernel that fails is
+        dropped with the reason, never an exception). After ``abort`` it returns promptly."""
         ...
 
     def abort(self) -> None:

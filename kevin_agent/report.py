@@ -1,7 +1,9 @@
 """The benchmark report of a run: markdown for people, JSON for tools, a PNG chart.
 
 Everything here reads the records as stored (``RunInfo`` and ``TurnRecord``), so the report
-of a finished run can be rebuilt at any time from its run directory.
+of a finished run can be rebuilt at any time from its run directory. The best kernel and its
+numbers are the confirmation's (``confirmation.winner``) where the run's best kernels were
+confirmed; the per-turn numbers stay each turn's own.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .formatting import fmt_tolerance
+from .confirmation import Winner, current, winner
+from .formatting import confirmed_line, fmt_confirmed, fmt_tolerance
 from .lineage import outcome, path_to, tree_lines
-from .results import EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord, best_record
+from .results import Confirmation, EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 
-REPORT_FORMAT = 2
+REPORT_FORMAT = 3
 """Version of the JSON report layout; bumped when a field changes meaning (2: cuda times are GPU
-time on the stream, no longer up to a device-wide synchronisation)."""
+time on the stream, no longer up to a device-wide synchronisation; 3: the best kernel's speedup
+and timings are its confirmation's, its turn's own speedup is ``run_speedup``)."""
 
 STATUS_LABELS = {
     Status.PARSE_ERROR: "parse error",
@@ -92,30 +96,40 @@ def stage_totals(records: Sequence[TurnRecord]) -> dict | None:
     return {**totals, "evaluations": len(timed)}
 
 
+def _confirmation_data(confirmation: Confirmation | None) -> dict | None:
+    if confirmation is None:
+        return None
+    return {"seed": confirmation.seed, "created_at": confirmation.created_at,
+            "kernels": [k.model_dump(mode="json") for k in confirmation.kernels]}
+
+
 def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
     """What goes into ``<stem>_kevin_report.json``."""
-    best = best_record(records)
+    best = winner(info, records)
     best_data = None
-    if best is not None and best.eval is not None:
-        ev = best.eval
+    if best is not None and best.record.eval is not None:
+        ev, confirmed = best.record.eval, best.confirmed
+        times = confirmed if confirmed is not None else ev
         best_data = {
             "trajectory": best.trajectory,
             "turn": best.turn,
-            "speedup": ev.speedup,
-            "speedup_vs_compile": ev.speedup_vs_compile,
+            "speedup": best.speedup,
+            "speedup_vs_compile": best.speedup_vs_compile,
+            "run_speedup": ev.speedup,
+            "confirmation": best.headline.model_dump() if best.headline is not None else None,
             "timings": {
-                "kernel": _timing(ev.runtime),
-                "eager": _timing(ev.reference),
-                "torch_compile": _timing(ev.compiled_reference),
+                "kernel": _timing(times.runtime),
+                "eager": _timing(times.reference),
+                "torch_compile": _timing(times.compiled_reference),
             },
             "cuda_graph": ev.graph.model_dump() if ev.graph is not None else None,
             "sync_check": ev.sync.model_dump() if ev.sync is not None else None,
-            "floor": ev.floor.model_dump() if ev.floor is not None else None,
-            "implausible": ev.implausible,
+            "floor": (confirmed or ev).floor.model_dump() if (confirmed or ev).floor is not None else None,
+            "implausible": best.flag is not None,
             "correctness": _correctness(ev),
-            "flags": list(ev.flags),
+            "flags": list(dict.fromkeys(ev.flags + (confirmed.flags if confirmed else []))),
             "device_name": ev.device_name,
-            "kernel_path": best.kernel_path,
+            "kernel_path": best.record.kernel_path,
         }
     counts: dict[str, int] = {}
     for rec in records:
@@ -137,6 +151,7 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
         "trajectories": info.trajectories,
         "status_counts": counts,
         "best": best_data,
+        "confirmation": _confirmation_data(current(info, records)),
         "flags": [
             {"trajectory": r.trajectory, "turn": r.turn, "flag": flag}
             for r in records if r.eval is not None for flag in r.eval.flags
@@ -217,35 +232,78 @@ def _timing_notes(ev: EvalResult) -> list[str]:
     return lines + ([""] if len(lines) > 2 else [])
 
 
-def _best_section(best: TurnRecord) -> list[str]:
-    ev = best.eval
+def _best_section(best: Winner) -> list[str]:
+    ev, confirmed = best.record.eval, best.confirmed
     assert ev is not None  # a correct turn always carries its evaluation
-    vs_compile = f"{ev.speedup_vs_compile:.2f}x" if ev.speedup_vs_compile is not None else "-"
+    times = confirmed if confirmed is not None else ev
+    vs_compile = f"{best.speedup_vs_compile:.2f}x" if best.speedup_vs_compile is not None else "-"
+    speedup = f"**{best.speedup:.2f}x**"
+    if best.headline is not None:
+        low, high = best.headline.ci95
+        speedup += f" (95% interval {low:.2f}x - {high:.2f}x)"
     lines = [
         f"## Best kernel: trajectory {best.trajectory}, turn {best.turn}",
         "",
-        f"**{_fmt(ev.speedup, '.2f')}x** faster than eager PyTorch"
-        + (f", **{vs_compile}** vs `torch.compile`" if ev.speedup_vs_compile is not None else "")
+        f"{speedup} faster than eager PyTorch"
+        + (f", **{vs_compile}** vs `torch.compile`" if best.speedup_vs_compile is not None else "")
         + (f" on {ev.device_name}" if ev.device_name else "") + ".",
         "",
+    ]
+    if confirmed is not None:
+        lines += [f"Confirmed at the end of the run: verified again on fresh inputs (seeds the run never used), "
+                  f"then timed in {confirmed.runs} rounds, each timing the kernel"
+                  + (", eager PyTorch and `torch.compile`" if confirmed.compiled_reference is not None
+                     else " and eager PyTorch")
+                  + " once, interleaved, the cache flushed before every call. The speedup is the "
+                  "median of the rounds' ratios, the interval a 95% interval for that median (order "
+                  f"statistics). Its own turn measured {best.record.speedup:.2f}x.", ""]
+    lines += [
         "| | median (ms) | p10 - p90 (ms) | std (ms) | runs | kernel's speedup over it |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
-        _timing_row("kernel (`ModelNew`)", ev.runtime, "-"),
-        _timing_row("eager PyTorch", ev.reference, f"{_fmt(ev.speedup, '.2f')}x"),
-        _timing_row("`torch.compile`", ev.compiled_reference, vs_compile),
+        _timing_row("kernel (`ModelNew`)", times.runtime, "-"),
+        _timing_row("eager PyTorch", times.reference, f"{best.speedup:.2f}x"),
+        _timing_row("`torch.compile`", times.compiled_reference, vs_compile),
         *_graph_rows(ev),
         "",
         *_timing_notes(ev),
         "### Correctness evidence",
         "",
         f"- trials passed: {ev.trials_passed} / {ev.trials} (fresh seeds, alternating input distributions)",
+    ]
+    if confirmed is not None:
+        lines.append(f"- on a second look: {confirmed.trials_passed} / {confirmed.trials} more, on other seeds, "
+                     "and the re-check after timing")
+    lines += [
         f"- max absolute error: {_fmt(ev.max_abs_err)} (atol {_fmt(ev.atol)})",
         f"- max relative error: {_fmt(ev.max_rel_err)} (rtol {_fmt(ev.rtol)})",
     ]
     if (tolerance := fmt_tolerance(ev)) is not None:
         lines.append(f"- tolerance: {tolerance}")
-    if best.summary.strip():
-        lines += ["", "### What the kernel does (model's summary)", "", best.summary.strip()]
+    if best.record.summary.strip():
+        lines += ["", "### What the kernel does (model's summary)", "", best.record.summary.strip()]
+    return lines
+
+
+def _confirmation_section(confirmation: Confirmation) -> list[str]:
+    lines = ["## Confirmation", "",
+             f"The best {len(confirmation.kernels)} distinct kernels by their turns' own speedups, verified again "
+             "and timed head to head in one worker:", "",
+             "| kernel | its turn | confirmed | 95% interval | vs `torch.compile` | rounds | verdict |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    best = confirmation.winner
+    for k in confirmation.kernels:
+        if k.verified and k.ci95 is not None:
+            verdict = "**winner**" if k is best else "confirmed"
+            if k.implausible:
+                verdict += ", flagged: below the physical floor"
+            cells = [f"{k.speedup_median:.2f}x", f"{k.ci95[0]:.2f}x - {k.ci95[1]:.2f}x",
+                     f"{k.speedup_vs_compile_median:.2f}x" if k.speedup_vs_compile_median is not None else "-",
+                     str(k.runs)]
+        else:
+            verdict = "dropped: " + confirmed_line(k).split(": ", 1)[1].replace("|", "/")
+            cells = ["-", "-", "-", "-"]
+        run = f"{k.run_speedup:.2f}x" if k.run_speedup is not None else "-"
+        lines.append(f"| trajectory {k.trajectory}, turn {k.turn} | {run} | " + " | ".join(cells) + f" | {verdict} |")
     return lines
 
 
@@ -266,7 +324,8 @@ def _path_section(records: Sequence[TurnRecord], best: TurnRecord) -> list[str]:
 def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: str | None = None) -> str:
     """The report as markdown; ``chart_name`` is the PNG's path relative to the markdown file
     (None leaves the chart out, e.g. for a CI step summary where it cannot be shown)."""
-    best = best_record(records)
+    best = winner(info, records)
+    confirmation = current(info, records)
     versions = info.versions
     task = info.task
     lines = [
@@ -292,13 +351,18 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
 
     if best is not None:
         lines += _best_section(best)
-        lines += ["", *_path_section(records, best)]
+        lines += ["", *_path_section(records, best.record)]
+    elif confirmation is not None:
+        lines += ["## No confirmed kernel", "", "Every verified kernel was dropped when it was verified again."]
     else:
         lines += ["## No verified kernel", "", "No turn produced a kernel that passed the correctness checks."]
     lines.append("")
+    if confirmation is not None:
+        lines += [*_confirmation_section(confirmation), ""]
 
-    lines += ["## Turns", "", "Speedup vs eager PyTorch for correct turns, otherwise how the turn failed.", ""]
-    lines += _turn_table(records, best) if records else ["No turns were evaluated."]
+    lines += ["## Turns", "", "Speedup vs eager PyTorch for correct turns (each turn's own measurement), otherwise "
+              "how the turn failed.", ""]
+    lines += _turn_table(records, best.record if best else None) if records else ["No turns were evaluated."]
     lines.append("")
     if chart_name:
         lines += [f"![speedup over turns]({chart_name})", ""]
@@ -324,7 +388,7 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
 
 
 # --- chart -------------------------------------------------------------------------------
-def plot_speedups(records: Sequence[TurnRecord], path: Path) -> None:
+def plot_speedups(info: RunInfo, records: Sequence[TurnRecord], path: Path) -> None:
     """Speedup over turns, one line per trajectory; failed turns sit at 0, marked with x."""
     # The object API with the Agg canvas leaves pyplot's global state (and backend) alone.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -333,7 +397,7 @@ def plot_speedups(records: Sequence[TurnRecord], path: Path) -> None:
     fig = Figure(figsize=(8, 4.5), dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    best = best_record(records)
+    best = winner(info, records)
     for trajectory in sorted({r.trajectory for r in records}):
         recs = sorted((r for r in records if r.trajectory == trajectory), key=lambda r: r.turn)
         ok = [r.correct and r.speedup is not None for r in recs]
@@ -345,8 +409,9 @@ def plot_speedups(records: Sequence[TurnRecord], path: Path) -> None:
                 ax.scatter(*zip(*points), marker=marker, s=40 if good else 60, color=line.get_color(),
                            zorder=3, clip_on=False)
     if best is not None:
-        ax.scatter([best.turn], [best.speedup], marker="*", s=260, color="gold", edgecolors="black",
-                   zorder=4, label=f"best: {best.speedup:.2f}x (trajectory {best.trajectory})")
+        confirmed = " confirmed" if best.confirmed is not None else ""
+        ax.scatter([best.turn], [best.record.speedup], marker="*", s=260, color="gold", edgecolors="black",
+                   zorder=4, label=f"best: {best.speedup:.2f}x{confirmed} (trajectory {best.trajectory})")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1.0x (eager)")
     ax.set_xlabel("turn")
     ax.set_ylabel("speedup vs eager (x = not correct)")
@@ -368,7 +433,7 @@ def write_report(info: RunInfo, records: Sequence[TurnRecord], out_dir: Path, st
 
 def write_report_files(info: RunInfo, records: Sequence[TurnRecord], paths: ReportPaths) -> ReportPaths:
     paths.markdown.parent.mkdir(parents=True, exist_ok=True)
-    plot_speedups(records, paths.chart)
+    plot_speedups(info, records, paths.chart)
     paths.markdown.write_text(render_markdown(info, records, paths.chart.name), encoding="utf-8")
     paths.json.write_text(json.dumps(build_report_data(info, records), indent=2) + "\n", encoding="utf-8")
     return paths

@@ -216,7 +216,7 @@ def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
         except RunNotFound:
             continue
         recorded, info.status = info.status, effective_status(info, run_dir)
-        if "running" in (recorded, info.status) or info.best is None:
+        if "running" in (recorded, info.status) or (info.best is None and info.confirmation is None):
             # run.json is brought up to date when a run ends; until then (or when it was killed
             # before it could) the best so far is that of the finished turns.
             info.best = BestKernel.of(records, run_dir) or info.best

@@ -37,7 +37,7 @@ def rmsnorm_repo(tmp_path):
 
 def run_args(*extra):
     return ["run", "rmsnorm.py", "--device", "cpu", "--backend", "scripted", "--responses", "responses.jsonl",
-            "--turns", str(TURNS), "--headless", "--timed-runs", "10", *extra]
+            "--turns", str(TURNS), "--headless", "--timed-runs", "10", "--confirm-rounds", "30", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,27 @@ def test_exit_code_and_summary(finished):
         else:
             assert t["speedup"] is None
     best = summary["best"]
-    assert best["speedup"] == max(t["speedup"] for t in summary["turns"] if t["speedup"])
+    # The winner and its numbers are the confirmation's: its median, not the best turn's own number.
+    confirmed = best["confirmation"]
+    low, high = confirmed["ci95"]
+    assert low <= confirmed["speedup_median"] <= high and confirmed["runs"] >= 20
+    assert best["speedup"] == confirmed["speedup_median"] != best["run_speedup"]
+    kernels = summary["confirmation"]
+    assert [(k["trajectory"], k["turn"]) for k in kernels] == [
+        (t["trajectory"], t["turn"]) for t in sorted((t for t in summary["turns"] if t["speedup"]),
+                                                     key=lambda t: -t["speedup"])][:3]
+    assert all(k["verified"] for k in kernels)
+    assert (best["turn"], best["speedup"]) == max(((k["turn"], k["speedup_median"]) for k in kernels),
+                                                  key=lambda k: k[1])
     assert os.path.isfile(best["kernel_path"])
     assert summary["commit"]
+    # The commit message and the module's header quote the same median and interval.
+    interval = f"95% interval {low:.2f}-{high:.2f}x"
+    message = subprocess.run(["git", "-C", repo, "log", "-1", "--format=%B"], capture_output=True, text=True).stdout
+    assert f"{best['speedup']:.2f}x faster" in message and interval in message
+    header = (repo / "rmsnorm_kevin.py").read_text().split('"""')[1]
+    assert f"speedup vs eager PyTorch:  {best['speedup']:.2f}x ({interval}" in header
+    assert read_claim(repo / "rmsnorm_kevin.py").confirmation.ci95 == [low, high]
 
 
 def test_run_directory_holds_every_turn(finished):
@@ -101,6 +119,10 @@ def test_commit_holds_only_the_tools_files(finished):
     assert "rmsnorm_kevin_report.png" in report and "| " in report and "parse error" in report
     # The best kernel's timings against eager, and its correctness evidence.
     assert "| eager PyTorch |" in report and "median (ms)" in report and "trials passed: 5 / 5" in report
+    confirmed = json.loads((repo / "summary.json").read_text())["best"]["confirmation"]
+    low, high = confirmed["ci95"]
+    assert f"**{confirmed['speedup_median']:.2f}x** (95% interval {low:.2f}x - {high:.2f}x)" in report
+    assert "## Confirmation" in report and "on a second look: 5 / 5 more" in report
     assert (repo / "rmsnorm_kevin_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads((repo / "rmsnorm_kevin_report.json").read_text())
     assert json.dumps(data).count("median_ms") >= 2
@@ -118,6 +140,8 @@ def test_show_and_history(finished):
     summary = json.loads((repo / "summary.json").read_text())
     hist = kevin("history", "--plain", cwd=repo)
     assert hist.returncode == 0 and summary["run_id"] in hist.stdout
+    whole = kevin("show", summary["run_id"], cwd=repo)
+    assert whole.returncode == 0 and "confirmed t0 turn" in whole.stdout and "95% interval" in whole.stdout
     show = kevin("show", summary["run_id"], "--turn", "2", cwd=repo)
     assert show.returncode == 0 and "compile_error" in show.stdout and "## kernel" in show.stdout
 
@@ -217,7 +241,11 @@ def test_a_better_committed_kernel_is_replaced_only_with_replace(finished):
     assert "claims 99.00x" in proc.stderr and "pass --replace" in proc.stderr
     assert module.read_text() == better
     assert subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
-    assert json.loads((repo / "again.json").read_text())["delivery"]["outcome"] == "refused"
+    again = json.loads((repo / "again.json").read_text())
+    assert again["delivery"]["outcome"] == "refused"
+    # The stored confirmation is of the same kernels with the same settings: reused, not timed again.
+    assert "confirming the best" not in proc.stderr
+    assert again["best"]["confirmation"] == summary["best"]["confirmation"]
     proc = kevin("resume", summary["run_id"], "--headless", "--replace", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert "replaced rmsnorm_kevin.py, which claimed 99.00x" in proc.stderr

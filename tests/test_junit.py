@@ -8,7 +8,7 @@ import pluggy
 
 from kevin_agent import hookspecs
 from kevin_agent.plugins import junit
-from kevin_agent.report import best_record
+from kevin_agent.results import best_record
 from kevin_agent.results import Status
 
 from .run_records import failed, run_info, sample_records, write_task

@@ -10,8 +10,8 @@ import sys
 from .run_records import correct, failed, run_info, sample_records, write_task
 
 from kevin_agent.kernel_module import render_kernel_module
-from kevin_agent.report import best_record, build_report_data, render_markdown, write_report
-from kevin_agent.results import Status
+from kevin_agent.report import build_report_data, render_markdown, write_report
+from kevin_agent.results import Status, best_record
 
 PURE_CANDIDATE = '''\
 import torch
@@ -113,10 +113,11 @@ def test_chart_changes_with_the_data(tmp_path):
     a, b = tmp_path / "a.png", tmp_path / "b.png"
     from kevin_agent.report import plot_speedups
 
-    plot_speedups(sample_records(), a)
-    plot_speedups(sample_records()[:3], b)
+    info = run_info(write_task(tmp_path))
+    plot_speedups(info, sample_records(), a)
+    plot_speedups(info, sample_records()[:3], b)
     assert a.read_bytes() != b.read_bytes()
-    plot_speedups([], tmp_path / "empty.png")
+    plot_speedups(info, [], tmp_path / "empty.png")
     assert _png_size((tmp_path / "empty.png").read_bytes()) == (960, 540)
 
 

@@ -299,9 +299,12 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
         best = app.outcome.best
         assert best is not None and best.turn == 3
         header = text_of(app, "#run-header")
-        assert "finished" in header and f"{best.speedup:.2f}x" in header and "turns 3/3" in header
+        # The header's best is the confirmed median; the turn's row keeps the turn's own number.
+        assert best.confirmation is not None and best.speedup == best.confirmation.speedup_median
+        assert "finished" in header and f"{best.speedup:.2f}x confirmed" in header and "turns 3/3" in header
         options = [str(o.prompt) for o in screen.query_one(OptionList).options]
-        assert "parse error" in options[0] and "compile error" in options[1] and f"{best.speedup:.2f}x" in options[2]
+        assert "parse error" in options[0] and "compile error" in options[1]
+        assert f"{best.run_speedup:.2f}x" in options[2]
         # Select the compile error, then the parse error.
         await pilot.press("up")
         assert screen.pinned == (0, 2)

@@ -12,14 +12,15 @@ from collections.abc import Callable
 
 import torch
 
-from ..results import EvalResult, Stage, Status
+from ..config import EvalSettings
+from ..results import EvalResult, RuntimeFloor, Stage, Status
 from .cache import cpu_name
 from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
                           clone_all, compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import graph_column
 from .guards import Integrity, audit_ops
 from .jobs import Job, WorkerReply
-from .plausibility import implausibility, runtime_floor
+from .plausibility import bandwidth, implausibility, runtime_floor
 from .taskcode import call_factory, describe, import_file
 from .timing import Timer, hidden_work, hidden_work_refusal
 from .trials import Trials
@@ -116,10 +117,10 @@ def _answer(trials: Trials, name: str):
     return lambda *_: trials.expected(name)
 
 
-def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter, result,
-                    integrity: Integrity) -> WorkerReply:
-    s, device = job.settings, job.settings.device
-    enter(Stage.CORRECTNESS)
+def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> int:
+    """The correctness trials and the operator audit, on the sets of ``trials``; raises
+    ``Mismatch`` or ``RuleBroken``. Returns the bytes poisoned before each trial."""
+    s, device = settings, settings.device
     poison = 0
     previous = None
     for i in range(s.correctness_trials):
@@ -131,11 +132,11 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
             got, want = run_trial(cand, _answer(trials, name), inputs, device=device, atol=s.atol, rtol=s.rtol,
                                   preset=s.tolerance, outcome=outcome, poison_bytes=poison)
         except Mismatch as exc:
-            return result(Status.INCORRECT, f"trial {i + 1} of {s.correctness_trials} (seed {which.seed}, "
-                          f"{which.distribution} inputs): {exc}")
+            raise Mismatch(f"trial {i + 1} of {s.correctness_trials} (seed {which.seed}, "
+                           f"{which.distribution} inputs): {exc}") from None
         if previous is not None and _unchanged(previous, (got, want)):
-            return result(Status.INCORRECT, f"trial {i + 1}: the output did not change when the inputs "
-                          "did (the reference's did): the result must be computed from the inputs")
+            raise Mismatch(f"trial {i + 1}: the output did not change when the inputs "
+                           "did (the reference's did): the result must be computed from the inputs")
         previous = (got, want)
         outcome.trials_passed += 1
     check_integrity(integrity, "during the correctness trials")
@@ -146,6 +147,49 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
             raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
                              f"{', '.join(computing[:8])}; compute the result in your own kernel")
         check_integrity(integrity, "during the operator audit")
+    return poison
+
+
+def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome, poison: int,
+            timer: Timer) -> tuple[list, object]:
+    """The re-check after timing: new values written into the very tensors the candidate was
+    timed on (an answer cached by address goes stale), then one more ordinary trial. Raises
+    ``Mismatch``; returns the new inputs and the output computed from them."""
+    s, device = settings, settings.device
+    fresh = trials.inputs("recheck")
+    with torch.no_grad():
+        for t, f in zip(timed_inputs, fresh):
+            if isinstance(t, torch.Tensor) and t.shape == f.shape:
+                t.copy_(f)
+    try:
+        with poisoned_memory(device), torch.no_grad():
+            got = cand(*timed_inputs)
+            timer.sync()
+            check_plain_tensors(got)
+            check_inputs_unchanged(timed_inputs, fresh)
+            check_no_alias(got, timed_inputs)
+            want = trials.expected("recheck")
+        compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
+        run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
+                  atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome, poison_bytes=poison)
+    except Mismatch as exc:
+        raise Mismatch(f"re-check after timing failed: {exc}") from None
+    return fresh, got
+
+
+def physical_floor(settings: EvalSettings, trials: Trials, inputs: list, output) -> RuntimeFloor:
+    """The least time a call on ``inputs`` giving ``output`` can take (``plausibility``). The
+    bandwidth was measured by the reference worker, with the device to itself."""
+    return runtime_floor(nbytes_of(inputs) + nbytes_of([output]),
+                         bandwidth(trials.meta.bandwidth_bytes_per_ms, settings.bandwidth_gb_s),
+                         device=settings.device)
+
+
+def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter, result,
+                    integrity: Integrity) -> WorkerReply:
+    s, device = job.settings, job.settings.device
+    enter(Stage.CORRECTNESS)
+    poison = check_trials(s, trials, cand, outcome, integrity)
 
     # Candidate and eager reference back to back in this process, so that drift of the clocks
     # or the temperature between them cannot flatter either.
@@ -164,32 +208,11 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
         flags.append(f"torch.compile of the reference failed, not compared: {trials.meta.compile_error}")
-
-    # Re-check after timing: new values written into the very tensors the candidate was timed
-    # on (an answer cached by address goes stale), then one more ordinary trial.
-    fresh = trials.inputs("recheck")
-    with torch.no_grad():
-        for t, f in zip(timing_inputs, fresh):
-            if isinstance(t, torch.Tensor) and t.shape == f.shape:
-                t.copy_(f)
-    try:
-        with poisoned_memory(device), torch.no_grad():
-            got = cand(*timing_inputs)
-            timer.sync()
-            check_plain_tensors(got)
-            check_inputs_unchanged(timing_inputs, fresh)
-            check_no_alias(got, timing_inputs)
-            want = trials.expected("recheck")
-        compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
-        run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
-                  atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome, poison_bytes=poison)
-    except Mismatch as exc:
-        return result(Status.INCORRECT, f"re-check after timing failed: {exc}")
+    fresh, got = recheck(s, trials, cand, timing_inputs, outcome, poison, timer)
 
     speedup = reference.median_ms / max(runtime.median_ms, 1e-9)
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
-    # The bandwidth was measured by the reference worker, with the device to itself.
-    floor = runtime_floor(nbytes_of(fresh) + nbytes_of([got]), trials.meta.bandwidth_bytes_per_ms, device=device)
+    floor = physical_floor(s, trials, fresh, got)
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
         flags.append(flag)
     graph = None

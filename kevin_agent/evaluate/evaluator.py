@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -29,11 +29,11 @@ from pathlib import Path
 from ..config import EvalSettings
 from ..errors import EnvironmentUnavailable, TaskError
 from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
-from ..results import EvalResult, Stage, Status
+from ..results import Confirmation, Confirmed, EvalResult, Stage, Status
 from ..task import Task, TaskProbe
-from . import cache, reference
+from . import cache, confirm, reference
 from .gate import DeviceGate, GaveUp, Holding
-from .jobs import Assignment
+from .jobs import KERNEL, Assignment
 from .logs import tail, trim_compile_error
 from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
@@ -273,17 +273,8 @@ class LocalEvaluator:
             worker.send(Assignment(candidate_path=str(build.folder / "candidate.py"),
                                    build_dir=str(build.folder)).model_dump())
 
-            def answer(what: str) -> dict:
-                if what == "timing":
-                    try:
-                        holding.take()
-                    except GaveUp:
-                        if self._aborted.is_set():
-                            raise
-                return {}  # a worker that died meanwhile is seen to end by the follow loop
-
-            exceeded = worker.follow(limit=self._limit, answer=answer, on_stage=on_stage, on_output=on_output,
-                                     clock=clock, phase="load")
+            exceeded = worker.follow(limit=self._limit, answer=self._answer(holding), on_stage=on_stage,
+                                     on_output=on_output, clock=clock, phase="load")
             run = worker.result(exceeded)
         finally:
             holding.release()
@@ -294,6 +285,19 @@ class LocalEvaluator:
         if run.reply is None:
             cache.clear_locks(build.folder)
         return self._from_run(run)
+
+    def _answer(self, holding: Holding) -> Callable[[str], dict]:
+        """Answers to a worker's requests: ``want timing`` returns once the device is the
+        worker's alone."""
+        def answer(what: str) -> dict:
+            if what == "timing":
+                try:
+                    holding.take()
+                except GaveUp:
+                    if self._aborted.is_set():
+                        raise
+            return {}  # a worker that died meanwhile is seen to end by the follow loop
+        return answer
 
     def _from_run(self, run: WorkerRun) -> EvalResult:
         stage = run.stage or Stage.LOAD
@@ -373,6 +377,73 @@ class LocalEvaluator:
         futures = [self.submit(src, on_stage=(lambda st, i=i: on_stage(i, st)) if on_stage else None)
                    for i, src in enumerate(sources)]
         return [f.result() for f in futures]
+
+    # --- confirmation -----------------------------------------------------------------------
+    def confirm(self, sources: Sequence[str]) -> Confirmation:
+        """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
+        all in one worker (``headtohead``): one verdict per source, in order. A kernel that takes
+        the worker down is dropped with the reason, and the others are confirmed again without it."""
+        self._ensure_probed()
+        seed = confirm.fresh_seed(self.settings)
+        verdicts: list[Confirmed | None] = [None] * len(sources)
+        builds: list[_Build] = []
+        try:
+            for i, source in enumerate(sources):
+                builds.append(self._built(source, StageClock(), None))
+                if not builds[-1].ok:
+                    verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
+            while todo := [i for i, v in enumerate(verdicts) if v is None]:
+                got, error, named = self._confirm_in_worker([builds[i] for i in todo], seed)
+                if got is not None:
+                    for i, verdict in zip(todo, got):
+                        verdicts[i] = verdict
+                elif named is None:
+                    for i in todo:
+                        verdicts[i] = Confirmed(error=f"the confirmation failed: {error}")
+                else:
+                    verdicts[todo[named]] = Confirmed(error=error)
+        except GaveUp:
+            pass
+        kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
+        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name)
+
+    def _confirm_in_worker(self, builds: list[_Build], seed: int) -> tuple[list[Confirmed] | None, str, int | None]:
+        """One confirmation worker for ``builds``: its verdicts, or why it ended without them and
+        the kernel it named last (None: no kernel, or none named)."""
+        timing = confirm.timing_limit(self.settings, self.reference, len(builds))
+        job = {**self._job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
+               "kernels": [Assignment(candidate_path=str(b.folder / "candidate.py"), build_dir=str(b.folder))
+                           for b in builds]}
+        named = [""]
+
+        def on_line(line: str) -> None:
+            if line.startswith(KERNEL):
+                named[0] = line[len(KERNEL):]
+
+        def limit(phase: str) -> Limit:
+            if phase == "timing":
+                return timing
+            return self._limit(phase) if phase in ("load", "correctness") else self.pool.prep_limit
+
+        if self._aborted.is_set():
+            raise GaveUp()
+        worker = WorkerProcess(job, env=self._env(self.scratch / "extensions"), root=self.scratch)
+        self._workers.add(worker)
+        holding = Holding(self.gate, lambda: self._aborted.is_set() or not worker.alive())
+        try:
+            holding.share()
+            exceeded = worker.follow(limit=limit, answer=self._answer(holding), on_line=on_line)
+            run = worker.result(exceeded)
+        finally:
+            holding.release()
+            worker.remove()
+            self._workers.discard(worker)
+        if self._aborted.is_set():
+            raise GaveUp()
+        if run.reply is not None and run.reply.confirmed is not None:
+            return run.reply.confirmed, "", None
+        error = confirm.what_happened(run, exceeded)
+        return None, error, int(named[0]) if named[0].isdigit() else None
 
     def abort(self) -> None:
         """Kill every worker and compiler now, the waiting ones too; pending results resolve as

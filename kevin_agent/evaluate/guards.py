@@ -38,6 +38,7 @@ _GUARDED_MODULES = ("torch", "torch._C", "torch.cuda", "torch.nn", "torch.nn.fun
                     "time", "statistics", "builtins", "kevin_agent.evaluate.correctness",
                     "kevin_agent.evaluate.timing", "kevin_agent.evaluate.worker",
                     "kevin_agent.evaluate.candidate", "kevin_agent.evaluate.trials",
+                    "kevin_agent.evaluate.headtohead",
                     "kevin_agent.evaluate.taskcode", "kevin_agent.evaluate.guards", "__main__")
 
 

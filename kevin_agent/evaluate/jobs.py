@@ -3,7 +3,9 @@ pipes in between.
 
 The worker writes one line per stage it enters to ``progress_fd`` (and ``want <what>`` when it
 needs an answer), and reads the parent's answers, one JSON object per line, from
-``control_fd``. Kept free of torch so the parent can use it without importing torch.
+``control_fd``. A confirmation worker also writes ``kernel <i>`` (or ``kernel -`` for the
+reference) before it runs each kernel's code, so that a crash or a hang is laid at the right
+kernel's door. Kept free of torch so the parent can use it without importing torch.
 """
 
 from __future__ import annotations
@@ -13,26 +15,13 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..config import EvalSettings
-from ..results import EvalResult
+from ..results import Confirmed, EvalResult
 from ..task import TaskProbe
 
 WANT = "want "
 """Prefix of a worker's request line: ``want candidate``, ``want timing``."""
-
-
-class Job(BaseModel):
-    mode: Literal["probe", "compile", "run"]
-    settings: EvalSettings
-    """The run's evaluation settings, resolved for the device, as the evaluator has them."""
-    task_path: str = ""
-    class_name: str = "Model"
-    candidate_path: str = ""
-    """compile: the candidate to build. run: empty, the candidate comes as an ``Assignment``."""
-    reference_dir: str = ""
-    """Where the task's reference data lives (probe: made there when missing; run: read)."""
-    reply_path: str
-    progress_fd: int
-    control_fd: int
+KERNEL = "kernel "
+"""Prefix of a confirmation worker's line naming the kernel whose code runs next."""
 
 
 class Assignment(BaseModel):
@@ -43,12 +32,35 @@ class Assignment(BaseModel):
     """The candidate's build folder (its ``TORCH_EXTENSIONS_DIR``)."""
 
 
+class Job(BaseModel):
+    mode: Literal["probe", "compile", "run", "confirm"]
+    settings: EvalSettings
+    """The run's evaluation settings, resolved for the device, as the evaluator has them."""
+    task_path: str = ""
+    class_name: str = "Model"
+    candidate_path: str = ""
+    """compile: the candidate to build. run: empty, the candidate comes as an ``Assignment``."""
+    reference_dir: str = ""
+    """Where the task's reference data lives (probe: made there when missing; run: read)."""
+    kernels: list[Assignment] = Field(default_factory=list)
+    """confirm: the kernels to verify again and time head to head."""
+    seed: int = 0
+    """confirm: base seed of the fresh inputs."""
+    budget_s: float = 0.0
+    """confirm: the timing rounds stop once they have taken this long (at least the fewest rounds)."""
+    reply_path: str
+    progress_fd: int
+    control_fd: int
+
+
 class WorkerReply(BaseModel):
     ok: bool
     error_kind: Literal["", "task", "environment", "compile", "runtime"] = ""
     error: str = ""
     eval: EvalResult | None = None
     """Run mode: the result as far as the worker knows it (no compile fields)."""
+    confirmed: list[Confirmed] | None = None
+    """Confirm mode: one verdict per kernel, in order."""
     probe: TaskProbe | None = None
     device_name: str = ""
     versions: dict[str, str] = Field(default_factory=dict)

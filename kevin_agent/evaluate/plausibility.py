@@ -5,7 +5,7 @@ takes at least
 
     bytes floor = (bytes of the inputs + bytes of the outputs) / (headroom x bandwidth)
 
-where the bandwidth is measured in the worker: the best of several copies of a buffer far larger
+where the bandwidth is measured in the worker (or given: ``bandwidth_gb_s``): the best of several copies of a buffer far larger
 than the last-level cache, counted as bytes read plus bytes written. The headroom
 (``BANDWIDTH_HEADROOM``, per device) allows for what the measurement misses: on cuda, where the
 worker has the GPU to itself, a kernel that only reads goes somewhat faster than a copy (1.25);
@@ -34,6 +34,12 @@ BANDWIDTH_HEADROOM = {"cuda": 1.25, "cpu": 4.0}
 """Per device: how much faster than the measured copy bandwidth a kernel may stream its bytes."""
 FLOP_HEADROOM = 1.25
 """How much faster than the given FLOP rate a kernel may compute."""
+
+
+def bandwidth(measured_bytes_per_ms: float, given_gb_s: float | None) -> float:
+    """The bandwidth the floor is computed with, in bytes per ms: the one given in the settings
+    (``bandwidth_gb_s``), else the one the reference worker measured."""
+    return given_gb_s * 1e6 if given_gb_s is not None else measured_bytes_per_ms
 
 
 def runtime_floor(nbytes: int, bandwidth_bytes_per_ms: float, *, device: str = "cuda",

@@ -262,11 +262,12 @@ class WorkerProcess:
     # --- following it -------------------------------------------------------------------
     def follow(self, *, limit: Callable[[str], Limit], answer: Callable[[str], Mapping] | None = None,
                on_stage: Callable[[Stage], None] | None = None, on_output: Callable[[str], None] | None = None,
-               clock: StageClock | None = None, stop_at: str = "", phase: str = "start") -> Limit | None:
+               clock: StageClock | None = None, stop_at: str = "", phase: str = "start",
+               on_line: Callable[[str], None] | None = None) -> Limit | None:
         """Follow the worker until it exits or asks for ``stop_at``: announce its stages, answer
         its requests (``answer(what)`` may block; that time is not the worker's and goes to the
-        clock's queue), and kill it when a phase runs past its limit. Returns the limit it ran
-        past, else None."""
+        clock's queue), hand any other line to ``on_line``, and kill it when a phase runs past its
+        limit. Returns the limit it ran past, else None."""
         current = limit(phase)
         deadline = time.monotonic() + current.seconds
         while True:
@@ -302,6 +303,8 @@ class WorkerProcess:
                             clock.switch(phase)
                         current = limit(phase)
                         deadline = time.monotonic() + current.seconds
+                elif on_line is not None:
+                    on_line(line)
             if gone:
                 return None
             if time.monotonic() > deadline:

@@ -222,10 +222,12 @@ class Timer:
             for _ in range(warmup):
                 fn(*args)
             self.sync()
-            pairs = [self._one(fn, args) for _ in range(runs)]
+            pairs = [self.one(fn, args) for _ in range(runs)]
         return Runs([p[0] for p in pairs], [p[1] for p in pairs])
 
-    def _one(self, fn: Callable, args: Sequence) -> tuple[float, float]:
+    def one(self, fn: Callable, args: Sequence) -> tuple[float, float]:
+        """One cold call: (time on the stream, time up to a device-wide sync), in ms (cpu: wall
+        time, twice). The caller warms up and turns autograd off."""
         if self.device != "cuda":
             self.flush()
             begin = _perf_counter()

@@ -41,6 +41,23 @@ def checksum(values) -> str:
     return h.hexdigest()
 
 
+def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distribution: str,
+             answered: bool) -> tuple[InputSet, list, object | None]:
+    """One set of inputs drawn from its seed, what it is, and (when ``answered``) the reference's
+    answer to it on the CPU, computed as in a correctness trial (poisoned memory)."""
+    device = job.settings.device
+    values = make_inputs(task, job, seed, distribution)
+    entry = InputSet(name=name, seed=seed, distribution=distribution, checksum=checksum(values),
+                     nbytes=nbytes_of(values), expected=answered)
+    answer = None
+    if answered:
+        with poisoned_memory(device), torch.no_grad():
+            out = ref(*clone_all(values))
+            sync(device)
+        answer = to_device(out, "cpu", copy=True)
+    return entry, values, answer
+
+
 def make(job: Job, task, ref: torch.nn.Module, request_timing) -> ReferenceData:
     """Draw, answer, time and store; ``request_timing()`` returns once the device is ours alone."""
     s, device = job.settings, job.settings.device
@@ -50,15 +67,11 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing) -> ReferenceData:
     deterministic = checksum(make_inputs(task, job, seed0, dist0)) == checksum(make_inputs(task, job, seed0, dist0))
     sets, inputs, outputs, total = [], {}, {}, 0
     for name, seed, dist, answered in plan:
-        values = make_inputs(task, job, seed, dist)
-        sets.append(InputSet(name=name, seed=seed, distribution=dist, checksum=checksum(values),
-                             nbytes=nbytes_of(values), expected=answered))
-        total += sets[-1].nbytes
-        if answered:
-            with poisoned_memory(device), torch.no_grad():
-                out = ref(*clone_all(values))
-                sync(device)
-            outputs[name] = to_device(out, "cpu", copy=True)
+        entry, values, answer = draw_set(job, task, ref, name, seed, dist, answered)
+        sets.append(entry)
+        total += entry.nbytes
+        if answer is not None:
+            outputs[name] = answer
         if name == "timing":
             timing_inputs = values
         if inputs is not None:

@@ -40,7 +40,7 @@ class WarmPool:
                  room: Callable[[], bool] = lambda: True, share_device: bool = False) -> None:
         self._start, self.size, self._gate, self._give_up = start, size, gate, give_up
         self._share_device = share_device
-        self._prep_limit, self._registry, self._room = prep_limit, registry, room
+        self.prep_limit, self._registry, self._room = prep_limit, registry, room
         self._cond = threading.Condition()
         self._ready: deque[WorkerProcess] = deque()
         self._starting = 0
@@ -113,7 +113,7 @@ class WarmPool:
                 self._registry.add(worker)
                 self.started += 1
                 with contextlib.nullcontext() if self._share_device else self._gate.pausable(worker.pid):
-                    exceeded = worker.follow(limit=lambda _: self._prep_limit, stop_at="candidate")
+                    exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate")
             if worker.waiting_for != "candidate" and not (self._closed or self._give_up()):
                 run = worker.result(exceeded)
                 problem = (run.reply.error if run.reply is not None and run.reply.error else

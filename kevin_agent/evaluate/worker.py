@@ -4,7 +4,8 @@ One process per job, started by the parent with a scrubbed environment in its ow
 Modes: ``probe`` builds the task once and, when the task's reference data is missing, makes it
 (``trials.make``); ``compile`` imports the candidate, which triggers its ``load_inline`` build;
 ``run`` gets ready (task, reference, reference data) before it asks the parent for its candidate,
-then loads, checks and times that one candidate (``candidate``) and exits. The reply goes to a
+then loads, checks and times that one candidate (``candidate``) and exits; ``confirm`` verifies a
+run's best kernels again on fresh seeds and times them head to head (``headtohead``). The reply goes to a
 file (candidate code may print to stdout); stages go to the parent through a pipe as they
 start, so the parent knows where a crash or a hang happened.
 """
@@ -25,9 +26,10 @@ from ..results import Stage
 from ..task import TaskProbe
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
 from .candidate import device_name, run_candidate, versions
+from .headtohead import do_confirm
 from .correctness import clone_all, leaves, set_reference_tf32
 from .guards import Integrity
-from .jobs import WANT, Assignment, Job, WorkerReply
+from .jobs import KERNEL, WANT, Assignment, Job, WorkerReply
 from .reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
 from .trials import Trials, make
@@ -103,11 +105,18 @@ class Parent:
             os.set_inheritable(fd, False)
         self._out = os.fdopen(job.progress_fd, "w", buffering=1, encoding="utf-8")
         self._in = os.fdopen(job.control_fd, "r", encoding="utf-8")
+        self._marked = ""
 
     def stage(self, s: Stage) -> None:
         self._out.write(s.value + "\n")
 
     __call__ = stage
+
+    def mark(self, which: str) -> None:
+        """Name the kernel whose code runs next (confirm mode; ``-``: the reference)."""
+        if which != self._marked:
+            self._marked = which
+            self._out.write(KERNEL + which + "\n")
 
     def request(self, what: str) -> dict:
         self._out.write(WANT + what + "\n")
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parent = Parent(job)
     if job.settings.device == "cpu" and job.settings.cpu_threads:
         torch.set_num_threads(job.settings.cpu_threads)
-    modes = {"probe": do_probe, "compile": do_compile, "run": do_run}
+    modes = {"probe": do_probe, "compile": do_compile, "run": do_run, "confirm": do_confirm}
     try:
         reply = modes[job.mode](job, parent)
     except BaseException as exc:

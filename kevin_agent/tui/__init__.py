@@ -18,9 +18,10 @@ __all__ = ["KevinApp", "history_tui", "run_tui"]
 
 
 def run_tui(start: EngineFactory, *, runs_root: Path | None, outputs: finish.Outputs, registry: Registry,
-            replace: bool = False, run_id: str | None = None) -> int:
+            replace: bool = False, accept_flagged: bool = False, run_id: str | None = None) -> int:
     """Run (or resume) with the run screen open; returns the exit code of the headless contract."""
-    app = KevinApp(start, runs_root=runs_root, exit_on_start_error=True, replace=replace, handle_signals=True)
+    app = KevinApp(start, runs_root=runs_root, exit_on_start_error=True, replace=replace,
+                   accept_flagged=accept_flagged, handle_signals=True)
     app.run()
     return _close(app, outputs, registry, run_id)
 

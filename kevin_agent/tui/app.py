@@ -26,12 +26,15 @@ from textual.worker import Worker, WorkerState
 
 from .. import finish
 from ..errors import KevinError, RunLocked
+from ..formatting import confirmed_line
 from ..interrupts import HANDLED, kill_run_processes, signal_name
 from ..protocols import EventSink
 from ..runlock import lock_owner
 from ..store import default_runs_root
 from .format import toast_text
 from .messages import (
+    ConfirmationFinishedMessage,
+    ConfirmationStartedMessage,
     EngineMessage,
     EvalStageMessage,
     GenerationFinishedMessage,
@@ -77,12 +80,13 @@ class KevinApp(App[int]):
         deliver_at_end: bool = True,
         exit_on_start_error: bool = False,
         replace: bool = False,
+        accept_flagged: bool = False,
         handle_signals: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Open the run screen when ``engine_factory`` is given, the history screen otherwise.
-        ``replace``: --replace was given. ``handle_signals``: SIGINT, SIGTERM and SIGHUP end the
-        run (the app owns the process, as ``kevin-opt`` on a terminal)."""
+        ``replace``, ``accept_flagged``: those flags were given. ``handle_signals``: SIGINT, SIGTERM
+        and SIGHUP end the run (the app owns the process, as ``kevin-opt`` on a terminal)."""
         super().__init__()
         self.engine_factory = engine_factory
         self.runs_root = Path(runs_root) if runs_root is not None else None
@@ -92,6 +96,7 @@ class KevinApp(App[int]):
         # the app closes and the error is printed on stderr with its exit code.
         self.exit_on_start_error = exit_on_start_error
         self.replace = replace
+        self.accept_flagged = accept_flagged
         self.handle_signals = handle_signals
         self.start_error: KevinError | None = None
         self.error: KevinError | None = None
@@ -234,9 +239,17 @@ class KevinApp(App[int]):
     @on(GenerationFinishedMessage)
     @on(EvalStageMessage)
     @on(TurnFinishedMessage)
+    @on(ConfirmationStartedMessage)
     @on(RunFinishedMessage)
     def _engine_event(self, message: EngineMessage) -> None:
         self.run_screen.apply(message.event)
+
+    def on_confirmation_finished_message(self, message: ConfirmationFinishedMessage) -> None:
+        event = message.event
+        self.run_screen.apply(event)
+        dropped = event.best is None or any(not k.verified for k in event.confirmation.kernels)
+        self.notify("\n".join(confirmed_line(k) for k in event.confirmation.kernels), title="confirmation",
+                    severity="warning" if dropped else "information", timeout=15, markup=False)
 
     def on_notice_message(self, message: NoticeMessage) -> None:
         notice = message.event
@@ -313,7 +326,7 @@ class KevinApp(App[int]):
     @work(thread=True, group="plan", exit_on_error=False)
     def _plan_delivery(self, engine: Engine, at_end: bool = False) -> tuple[Engine, DeliveryPlan, list, bool]:
         engine.store.take()  # after the run it was given up; another process may have taken it since
-        plan, records = finish.make_plan(engine, replace=self.replace)
+        plan, records = finish.make_plan(engine, replace=self.replace, accept_flagged=self.accept_flagged)
         return engine, plan, records, at_end
 
     def _ask(self, engine: Engine, plan: DeliveryPlan, records: list, at_end: bool) -> None:
@@ -329,7 +342,7 @@ class KevinApp(App[int]):
 
         def answered(answer: bool | None) -> None:
             if answer:
-                self._deliver(engine, plan.allowing_replace() if plan.needs_replace else plan, records)
+                self._deliver(engine, plan.consented(), records)
             elif at_end:
                 self._deliver(engine, plan, records, declined=True)
             else:

@@ -16,6 +16,8 @@ from textual.message import Message
 from textual.message_pump import MessagePump
 
 from ..events import (
+    ConfirmationFinished,
+    ConfirmationStarted,
     EvalOutput,
     EvalStage,
     Event,
@@ -64,6 +66,14 @@ class NoticeMessage(EngineMessage):
     event: Notice
 
 
+class ConfirmationStartedMessage(EngineMessage):
+    event: ConfirmationStarted
+
+
+class ConfirmationFinishedMessage(EngineMessage):
+    event: ConfirmationFinished
+
+
 class RunFinishedMessage(EngineMessage):
     event: RunFinished
 
@@ -83,6 +93,8 @@ _MESSAGES: dict[type, type[EngineMessage]] = {
     EvalStage: EvalStageMessage,
     TurnFinished: TurnFinishedMessage,
     Notice: NoticeMessage,
+    ConfirmationStarted: ConfirmationStartedMessage,
+    ConfirmationFinished: ConfirmationFinishedMessage,
     RunFinished: RunFinishedMessage,
 }
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..events import (
+    ConfirmationFinished,
     EvalStage,
     Event,
     GenerationFinished,
@@ -164,11 +165,12 @@ class RunState:
                 del self.live[event.record.trajectory]
         elif isinstance(event, Notice):
             self.notices.append(event)
+        elif isinstance(event, ConfirmationFinished):
+            self.best = event.best
         elif isinstance(event, RunFinished):
             self.finished = event
             self.live.clear()
-            if event.best is not None:
-                self.best = event.best
+            self.best = event.best
 
     def add_tokens(self, trajectory: int, turn: int, channel: str, text: str) -> LiveTurn | None:
         if (trajectory, turn) in self.records:

@@ -61,6 +61,8 @@ def run_status(info: RunInfo) -> str:
 
 
 def best_speedup(info: RunInfo, records: list[TurnRecord]) -> float | None:
+    if info.best is not None and info.best.confirmation is not None:
+        return info.best.speedup  # the confirmed one, not the best of the turns' own numbers
     speeds = [s for r in records if (s := r.speedup) is not None]
     if info.best is not None:
         speeds.append(info.best.speedup)

@@ -13,7 +13,8 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList
 
-from ...events import Event, RunFinished, RunStarted, TurnFinished, TurnStarted
+from ...events import (ConfirmationFinished, ConfirmationStarted, Event, RunFinished, RunStarted, TurnFinished,
+                       TurnStarted)
 from ...formatting import fmt_speedup
 from ...results import TurnRecord
 from ...store import read_records
@@ -164,6 +165,11 @@ class RunScreen(Screen):
             # A resumed run's stored turns, cancelled generations included (none for a new run).
             self.state.add_records(read_records(Path(event.run_dir), finished_only=False))
             self.set_status("running", "$text-accent")
+        elif isinstance(event, ConfirmationStarted):
+            count = "kernel" if len(event.kernels) == 1 else f"{len(event.kernels)} kernels"
+            self.set_status(f"confirming the best {count}: verified again, timed head to head", "$text-accent")
+        elif isinstance(event, ConfirmationFinished) and self.state.active:
+            self.set_status("running", "$text-accent")
         elif isinstance(event, RunFinished):
             self._t1 = self._clock()
             label, style = REASONS.get(event.reason, (event.reason, "$text-muted"))
@@ -177,7 +183,7 @@ class RunScreen(Screen):
             self.pinned = (best.trajectory, best.turn)
             self.query_one(TurnList).select_key(self.pinned, quiet=True)
         self._refresh_turns()
-        if isinstance(event, (RunStarted, RunFinished, TurnStarted, TurnFinished)):
+        if isinstance(event, (RunStarted, RunFinished, TurnStarted, TurnFinished, ConfirmationFinished)):
             self._show_selected()
             self._refresh_header()
         else:
@@ -210,9 +216,10 @@ class RunScreen(Screen):
         best = self.state.best
         done, total = len(self.state.records), st.turns * st.trajectories
         stats = f"{fmt_clock(elapsed)}  turns {done}/{total}"
+        confirmed = " confirmed" if best is not None and best.confirmation is not None else ""
         best_part = (
             Content.assemble("best ", (fmt_speedup(best.speedup), "bold $text-success"),
-                             f" (t{best.trajectory} turn {best.turn})")
+                             f"{confirmed} (t{best.trajectory} turn {best.turn})")
             if best else Content.assemble("best ", ("none yet", "$text-muted"))
         )
         line2 = [*status, (stats, "", len(stats)), (best_part, "", len(f"best {fmt_speedup(best.speedup)}") if best else 13)]

@@ -1,0 +1,297 @@
+"""Confirmation inside one worker: the best few kernels of a run verified again on fresh seeds and
+timed head to head with the reference (docs/evaluation.md, "Confirmation").
+
+1. Fresh inputs for every set the protocol uses (``reference.input_plan`` from ``Job.seed``, a
+   base seed the run never used) and the reference's answer to each, computed as the reference
+   worker computes them (poisoned memory), before any kernel's code is imported.
+2. Each kernel in turn: loaded from its own build folder, then the correctness trials and the
+   operator audit exactly as a run worker does them (``candidate.check_trials``) on the fresh
+   sets. A kernel that fails is dropped; the others go on.
+3. Timing, with the device to this worker alone: every kernel, the eager reference and
+   ``torch.compile`` of it warmed up, then rounds. A round times each kernel once, then the
+   reference once and the compiled reference once, each on inputs of its own with the cache
+   flushed before the call (``Timer.one``). A kernel's ratio in a round is the reference's time
+   over its own; its confirmed speedup is the median of its ratios, with a 95% interval for
+   that median from order statistics (``median_interval``). The rounds stop once every kernel's
+   interval lies within ``PRECISION`` of its median (checked every ``CHECK_EVERY`` rounds from
+   ``MIN_ROUNDS`` on), at ``confirm_rounds``, or once they have taken ``Job.budget_s``.
+4. After timing, each kernel again: the rule for work hidden off the stream, applied to its
+   rounds; the re-check after timing (``candidate.recheck``); the physical floor on its median.
+
+Before any kernel's code runs, the worker names it to the parent (``kernel <i>``; ``kernel -``
+before the reference): a crash or a hang is the last named kernel's, and the parent confirms the
+others again without it. A kernel that rebinds what the harness relies on ends the worker the same
+way, since this process can no longer be trusted to time the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..results import Confirmed, Stage
+from .candidate import RuleBroken, check_integrity, check_trials, copy_parameters, device_name, physical_floor
+from .candidate import recheck, versions
+from .correctness import Mismatch, Outcome, set_reference_tf32
+from .guards import Integrity
+from .jobs import Assignment, Job, WorkerReply
+from .plausibility import implausibility
+from .reference import input_plan, read
+from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task
+from .timing import Runs, Timer, hidden_work, hidden_work_refusal, stats
+from .trials import Trials, draw_set
+
+MIN_ROUNDS = 20
+CHECK_EVERY = 10
+PRECISION = 0.01
+"""The rounds may stop once every kernel's 95% interval is within this share of its median."""
+LEVEL = 0.95
+
+
+def median_interval(values, level: float = LEVEL) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics (l, n + 1 - l) with l
+    the largest such that P(B <= l - 1) <= (1 - level) / 2, B ~ Binomial(n, 1/2), since the
+    number of values below the median is B. With too few values for ``level`` it is (min, max)."""
+    s = sorted(values)
+    n = len(s)
+    tail = (1 - level) / 2
+    cut, cdf = 0, 0.0
+    for j in range((n + 1) // 2):
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) - n * math.log(2))
+        if cdf > tail:
+            break
+        cut = j
+    return s[cut], s[n - 1 - cut]
+
+
+def _ratios(over: list[float], under: list[float]) -> list[float]:
+    return [a / max(b, 1e-9) for a, b in zip(over, under)]
+
+
+def _settled(ratios: list[float]) -> bool:
+    low, high = median_interval(ratios)
+    return (high - low) / 2 <= PRECISION * statistics.median(ratios)
+
+
+class Tainted(Exception):
+    """A kernel rebound what the harness relies on: this worker must not time the others."""
+
+
+@dataclass
+class Timed:
+    """Something timed in the rounds: a kernel, the reference or the compiled reference."""
+
+    mark: str
+    fn: Callable
+    args: list
+    kernel: Kernel | None = None
+    stream_ms: list[float] = field(default_factory=list)
+    synced_ms: list[float] = field(default_factory=list)
+
+    def add(self, stream_ms: float, synced_ms: float) -> None:
+        self.stream_ms.append(stream_ms)
+        self.synced_ms.append(synced_ms)
+
+
+@dataclass
+class Kernel:
+    index: int
+    where: Assignment
+    outcome: Outcome = field(default_factory=Outcome)
+    model: torch.nn.Module | None = None
+    error: str = ""
+    poison: int = 0
+    timed: Timed | None = None
+    verdict: Confirmed | None = None
+
+    @property
+    def alive(self) -> bool:
+        return not self.error
+
+
+class Confirming:
+    """One confirmation worker's state, from the fresh inputs to the verdicts."""
+
+    def __init__(self, job: Job, mark: Callable[[str], None], stage: Callable[[Stage], None],
+                 request: Callable[[str], dict]) -> None:
+        self.job, self.s, self.device = job, job.settings, job.settings.device
+        self.mark, self.stage, self.request = mark, stage, request
+        self.kernels = [Kernel(i, where) for i, where in enumerate(job.kernels)]
+
+    # --- before any kernel ------------------------------------------------------------------
+    def prepare(self) -> None:
+        job = self.job
+        self.task = import_task(job)
+        if self.device == "cuda":
+            torch.cuda.init()
+        set_reference_tf32(self.s.reference_tf32)
+        self.ref = build_reference(self.task, job)
+        meta = read(Path(job.reference_dir))
+        if meta is None:
+            raise TaskProblem(f"the reference data in {job.reference_dir} is missing or incomplete")
+        sets, inputs, outputs = [], {}, {}
+        for name, seed, dist, answered in input_plan(self.s.model_copy(update={"seed": job.seed})):
+            entry, values, answer = draw_set(job, self.task, self.ref, name, seed, dist, answered)
+            sets.append(entry)
+            inputs[name] = [v.cpu() if isinstance(v, torch.Tensor) else v for v in values]
+            if answer is not None:
+                outputs[name] = answer
+        self.trials = Trials(meta.model_copy(update={"sets": sets}), inputs, outputs, self.device)
+        self.compiled, self.compile_error = None, ""
+        if self.s.compare_compile:
+            try:
+                self.compiled = torch.compile(self.ref)
+                with torch.no_grad():
+                    self.compiled(*self.trials.inputs("timing"))
+            except Exception as exc:
+                self.compiled, self.compile_error = None, describe(exc)[:300]
+        self.timer = Timer(self.device)
+        importlib.import_module("torch.utils.cpp_extension")  # what every kernel imports first
+        self.integrity = Integrity()
+
+    # --- each kernel ---------------------------------------------------------------------------
+    def _guarded(self, kernel: Kernel, step: Callable[[], None]) -> None:
+        """Run ``step`` of ``kernel``'s; a failure drops the kernel, a rebinding ends the worker."""
+        self.mark(str(kernel.index))
+        try:
+            step()
+        except (Mismatch, RuleBroken) as exc:
+            kernel.error = str(exc)
+        except BaseException as exc:  # kernel code may raise anything, SystemExit included
+            kernel.error = describe(exc, kernel.where.candidate_path, self.job.task_path)
+        changed = self.integrity.changed()
+        if changed:
+            raise Tainted(f"[no-monkeypatch] the kernel rebound {', '.join(changed[:5])}: patching torch, "
+                          "the timer or the evaluator changes what is measured")
+
+    def _load(self, kernel: Kernel) -> None:
+        os.environ["TORCH_EXTENSIONS_DIR"] = kernel.where.build_dir
+        module = import_file(kernel.where.candidate_path, f"kevin_candidate_{kernel.index}")
+        if not hasattr(module, "ModelNew"):
+            raise RuleBroken("the kernel defines no class ModelNew")
+        torch.manual_seed(self.s.seed)
+        model = module.ModelNew(*call_factory(self.task, "get_init_inputs", self.job)).to(self.device)
+        copy_parameters(self.ref, model)
+        check_integrity(self.integrity, "after loading")
+        kernel.model = model
+
+    def _check(self, kernel: Kernel) -> None:
+        kernel.poison = check_trials(self.s, self.trials, kernel.model, kernel.outcome, self.integrity)
+
+    def verify(self) -> None:
+        for kernel in self.kernels:
+            self.stage(Stage.LOAD)
+            self._guarded(kernel, lambda k=kernel: self._load(k))
+            if kernel.alive:
+                self.stage(Stage.CORRECTNESS)
+                self._guarded(kernel, lambda k=kernel: self._check(k))
+
+    # --- head to head ------------------------------------------------------------------------
+    def time(self) -> tuple[Timed, Timed | None, float]:
+        self.request("timing")  # returns once the device is this worker's alone
+        self.stage(Stage.TIMING)
+        for kernel in self.kernels:
+            if kernel.alive:
+                kernel.timed = Timed(str(kernel.index), kernel.model, self.trials.inputs("timing"), kernel)
+        reference = Timed("-", self.ref, self.trials.inputs("timing"))
+        compiled = Timed("-", self.compiled, self.trials.inputs("timing")) if self.compiled is not None else None
+        entries = [k.timed for k in self.kernels if k.alive] + [reference] + ([compiled] if compiled else [])
+        self.mark("-")
+        overhead_ms = self.timer.sync_overhead_ms(self.s.timed_runs)
+        with torch.no_grad():
+            for entry in list(entries):
+                self._run(entry, entries, lambda e=entry: [e.fn(*e.args) for _ in range(self.s.warmup_runs)])
+            self.timer.sync()
+            started = time.monotonic()
+            rounds = 0
+            while rounds < self.s.confirm_rounds:
+                for entry in list(entries):
+                    self._run(entry, entries, lambda e=entry: e.add(*self.timer.one(e.fn, e.args)))
+                rounds += 1
+                live = [k for k in self.kernels if k.alive]
+                if not live or rounds >= MIN_ROUNDS and rounds % CHECK_EVERY == 0 and (
+                        time.monotonic() - started > self.job.budget_s
+                        or all(_settled(_ratios(reference.stream_ms, k.timed.stream_ms)) for k in live)):
+                    break
+        changed = self.integrity.changed()
+        if changed:
+            raise Tainted(f"[no-monkeypatch] while the kernels were timed together, one of them rebound "
+                          f"{', '.join(changed[:5])}")
+        return reference, compiled, overhead_ms
+
+    def _run(self, entry: Timed, entries: list[Timed], call: Callable[[], object]) -> None:
+        """One step of the rounds; a kernel that fails in it leaves them (the reference's failure
+        is the harness's, and ends the worker)."""
+        self.mark(entry.mark)
+        if entry.kernel is None:
+            call()
+            return
+        try:
+            call()
+        except BaseException as exc:  # kernel code may raise anything
+            entry.kernel.error = "while it was timed: " + describe(exc, entry.kernel.where.candidate_path)
+            entries.remove(entry)
+
+    # --- after timing --------------------------------------------------------------------------
+    def _after(self, kernel: Kernel, reference: Timed, compiled: Timed | None, overhead_ms: float) -> None:
+        timed = kernel.timed
+        runtime = stats(timed.stream_ms)
+        sync_check = hidden_work(Runs(timed.stream_ms, timed.synced_ms), overhead_ms) if self.device == "cuda" else None
+        if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
+            raise RuleBroken(refusal)
+        fresh, got = recheck(self.s, self.trials, kernel.model, timed.args, kernel.outcome, kernel.poison, self.timer)
+        floor = physical_floor(self.s, self.trials, fresh, got)
+        flags = []
+        if self.s.compare_compile and compiled is None:
+            flags.append(f"torch.compile of the reference failed, not compared: {self.compile_error}")
+        if (flag := implausibility(runtime.median_ms, floor)) is not None:
+            flags.append(flag)
+        ratios = _ratios(reference.stream_ms, timed.stream_ms)
+        vs_compile = _ratios(compiled.stream_ms, timed.stream_ms) if compiled is not None else None
+        kernel.verdict = Confirmed(
+            verified=True, speedup_median=statistics.median(ratios), ci95=list(median_interval(ratios)),
+            speedup_vs_compile_median=statistics.median(vs_compile) if vs_compile else None,
+            vs_compile_ci95=list(median_interval(vs_compile)) if vs_compile else None, runs=len(ratios),
+            runtime=runtime, reference=stats(reference.stream_ms),
+            compiled_reference=stats(compiled.stream_ms) if compiled is not None else None,
+            implausible=flag is not None, floor=floor, flags=flags, **self._evidence(kernel))
+
+    def _evidence(self, kernel: Kernel) -> dict:
+        o = kernel.outcome
+        return dict(trials=o.trials, trials_passed=o.trials_passed, max_abs_err=o.max_abs_err if o.compared else None,
+                    max_rel_err=o.max_rel_err if o.compared else None)
+
+    def finish(self, reference: Timed, compiled: Timed | None, overhead_ms: float) -> list[Confirmed]:
+        for kernel in self.kernels:
+            if kernel.alive:
+                self.stage(Stage.CORRECTNESS)
+                self._guarded(kernel, lambda k=kernel: self._after(k, reference, compiled, overhead_ms))
+        return [k.verdict if k.alive and k.verdict is not None else
+                Confirmed(verified=False, error=k.error or "not confirmed", **self._evidence(k))
+                for k in self.kernels]
+
+
+def do_confirm(job: Job, parent) -> WorkerReply:
+    """The confirmation worker's job (``worker`` mode ``confirm``)."""
+    confirming = Confirming(job, parent.mark, parent.stage, parent.request)
+    try:
+        confirming.prepare()
+    except TaskProblem as exc:
+        return WorkerReply(ok=False, error_kind="task", error=str(exc))
+    try:
+        confirming.verify()
+        timed = confirming.time() if any(k.alive for k in confirming.kernels) else None
+        verdicts = confirming.finish(*timed) if timed is not None else confirming.finish(None, None, 0.0)
+    except Tainted as exc:
+        return WorkerReply(ok=False, error_kind="runtime", error=str(exc))
+    parent.stage(Stage.DONE)
+    return WorkerReply(ok=True, confirmed=verdicts, device_name=device_name(job.settings.device),
+                       versions=versions())
