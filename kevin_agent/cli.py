@@ -115,6 +115,7 @@ def _add_eval_flags(group) -> None:
     _flag(group, "compare_compile", action=argparse.BooleanOptionalAction)
     _flag(group, "fast_build", action=argparse.BooleanOptionalAction)
     _flag(group, "bandwidth_gb_s", type=_nonneg_float, metavar="GB_S")
+    _flag(group, "eval_memory_gib", type=_nonneg_float, metavar="GIB")
 
 
 def build_parser(registry) -> argparse.ArgumentParser:

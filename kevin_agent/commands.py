@@ -10,7 +10,7 @@ from typing import Any
 from .config import RunConfig, load_config
 from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
-from .formatting import best_words, confirmed_line, fmt_seconds, fmt_speedup, stage_times
+from .formatting import best_words, confirmed_line, fmt_memory, fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
 from .results import Status, TurnRecord
@@ -164,12 +164,16 @@ def cmd_check(args, registry: Registry) -> int:
         "floor_ms": result.floor.floor_ms if result and result.floor else None,
         "cuda_graph": result.graph.model_dump() if result and result.graph else None,
         "sync_check": result.sync.model_dump() if result and result.sync else None,
+        "memory": ({**result.memory.model_dump(), "ratio": round(result.memory.ratio, 3)}
+                   if result and result.memory else None),
         "reasons": reasons,
     }
     line = f"{status.value}"
     if out["correct"]:
         line += f": {fmt_speedup(out['speedup'])} ({out['runtime_ms']:.3f} ms vs {out['reference_ms']:.3f} ms eager)"
     print(line)
+    if result is not None and result.memory is not None:
+        print(f"  {fmt_memory(result.memory)}")
     for reason in reasons:
         print(f"  {reason.strip()}")
     if args.json_path:

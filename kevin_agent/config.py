@@ -97,6 +97,9 @@ class EvalOptions(BaseModel):
     eval_workers: int | None = Field(None, ge=1)
     """Worker processes started ahead of need (torch imported, task and reference data loaded), each
     used for one candidate only (default: by CPU cores, at most 4, and on cuda by free GPU memory)."""
+    eval_memory_gib: float | None = Field(None, gt=0)
+    """Device memory the evaluation may use, in GiB (default: what is free when the run starts, less the
+    model's share). A task whose inputs, outputs and reference do not fit it is refused before any turn."""
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     """Build cache: one folder per candidate source and toolchain (KEVIN_CACHE_DIR)."""
     cpu_threads: int | None = Field(1, ge=1)
@@ -124,6 +127,9 @@ class EvalSettings(EvalOptions):
     device: Literal["cpu", "cuda"]
     visible_devices: str | None = None
     """CUDA_VISIBLE_DEVICES for the workers: the GPU the kernels run on, alone (None: as inherited)."""
+    model_memory_fraction: float = Field(0.0, ge=0, lt=1)
+    """Share of the evaluation GPU's memory the model takes (vLLM on the same GPU, which may start
+    after the probe): not the evaluation's to use."""
     warmup_runs: int = Field(None, ge=0, validate_default=False)  # type: ignore[assignment]
     timed_runs: int = Field(None, ge=1, validate_default=False)  # type: ignore[assignment]
     compare_compile: bool = Field(None, validate_default=False)  # type: ignore[assignment]

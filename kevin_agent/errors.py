@@ -75,6 +75,11 @@ class EnvironmentUnavailable(KevinError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class EvaluationOutOfMemory(EnvironmentUnavailable):
+    """The evaluation itself ran out of device memory during a run (its own copies, or memory other
+    processes took since the task was measured): not a candidate's doing, never shown to the model."""
+
+
 class BackendError(KevinError):
     """The model backend failed: server unreachable, wrong model, script exhausted."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, TimingStats, TurnRecord
+from .results import BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, MemoryUse, TimingStats, TurnRecord
 
 STAGE_ORDER = ("generation", "queue", "compile", "load", "correctness", "timing")
 
@@ -72,6 +72,16 @@ def fmt_graph(ev: EvalResult) -> str | None:
     eager = fmt_ms(graph.reference) if graph.reference is not None else graph.reference_note
     text = f"kernel {kernel}, eager {eager} per call ({graph.calls} calls per graph)"
     return text + (f": {fmt_speedup(graph.speedup)}" if graph.speedup is not None else "")
+
+
+def fmt_memory(use: MemoryUse) -> str:
+    """An evaluation's peak memory against the task's own, e.g. "peak 18.3 GiB (cuda allocator),
+    1.52x the task's 12.0 GiB"."""
+    def gib(n: int) -> str:
+        return f"{n / (1 << 30):.2f} GiB" if n < (10 << 30) else f"{n / (1 << 30):.1f} GiB"
+
+    return (f"memory: peak {gib(use.peak_reserved_bytes)} ({use.measured}), {use.ratio:.2f}x the task's "
+            f"{gib(use.footprint_bytes)} (planned at most {gib(use.planned_bytes)})")
 
 
 def fmt_clock(seconds: float) -> str:

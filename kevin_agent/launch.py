@@ -51,6 +51,9 @@ def _placement(config: RunConfig):
     settings = config.eval_settings()
     if config.device == "cuda" and gpus:
         settings = settings.model_copy(update={"visible_devices": eval_worker_env(plan, gpus)["CUDA_VISIBLE_DEVICES"]})
+    if config.device == "cuda" and config.backend == "vllm" and plan.eval_gpu in plan.model_gpus:
+        # The probe runs before the model is loaded: the model's share is not free then, but will be gone.
+        settings = settings.model_copy(update={"model_memory_fraction": config.gpu_memory_utilization})
     return settings, plan.overlaps
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .confirmation import Winner, current, winner
-from .formatting import confirmed_line, fmt_confirmed, fmt_tolerance
+from .formatting import confirmed_line, fmt_confirmed, fmt_memory, fmt_tolerance
 from .lineage import outcome, path_to, tree_lines
 from .results import Confirmation, EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 
@@ -123,6 +123,7 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
                 "torch_compile": _timing(times.compiled_reference),
             },
             "cuda_graph": ev.graph.model_dump() if ev.graph is not None else None,
+            "memory": ev.memory.model_dump() if ev.memory is not None else None,
             "sync_check": ev.sync.model_dump() if ev.sync is not None else None,
             "floor": (confirmed or ev).floor.model_dump() if (confirmed or ev).floor is not None else None,
             "implausible": best.flag is not None,
@@ -279,6 +280,8 @@ def _best_section(best: Winner) -> list[str]:
     ]
     if (tolerance := fmt_tolerance(ev)) is not None:
         lines.append(f"- tolerance: {tolerance}")
+    if ev.memory is not None:
+        lines.append(f"- {fmt_memory(ev.memory)}")
     if best.record.summary.strip():
         lines += ["", "### What the kernel does (model's summary)", "", best.record.summary.strip()]
     return lines

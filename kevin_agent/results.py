@@ -119,6 +119,29 @@ class RuntimeFloor(BaseModel):
     """max(bytes / bandwidth, flops / FLOP rate), with the headroom of ``evaluate/plausibility.py``."""
 
 
+class MemoryUse(BaseModel):
+    """Device memory of one evaluation, set against the task's own."""
+
+    peak_allocated_bytes: int
+    """cuda: the most the worker's allocator had handed out at once while it evaluated the candidate;
+    cpu: as ``peak_reserved_bytes``."""
+    peak_reserved_bytes: int
+    """cuda: the most the worker's allocator held from the device at once (what the device saw); cpu:
+    how far the worker's resident memory rose above where it was when the evaluation started (the
+    host is the device there: inputs drawn again for a set count too, up to two sets)."""
+    footprint_bytes: int
+    """The task's own: the reference's parameters, one set of inputs, its forward's peak."""
+    planned_bytes: int
+    """What the evaluation was planned to hold at most (``evaluate/memory.py``)."""
+    measured: str = "cuda allocator"
+    """Where the peak comes from: ``cuda allocator`` or ``host resident memory``."""
+
+    @property
+    def ratio(self) -> float:
+        """Peak reserved memory over the task's footprint."""
+        return self.peak_reserved_bytes / max(self.footprint_bytes, 1)
+
+
 class StageTimes(BaseModel):
     """Where one evaluation's wall time went, in seconds; the fields add up to ``wall_s``."""
 
@@ -181,6 +204,9 @@ class EvalResult(BaseModel):
     """cuda: the check for work that escapes the stream (None on cpu and in older records)."""
     graph: GraphTiming | None = None
     """cuda: the "in a CUDA graph" column (None on cpu and in older records)."""
+    memory: MemoryUse | None = None
+    """The evaluation's peak device memory and the task's footprint (None in older records, and when
+    the worker ended before it could say)."""
     tolerance: str | None = None
     """The tolerance preset the outputs were compared with (strict, kernelbench); ``atol`` and
     ``rtol`` hold the values used, explicit --atol/--rtol included."""

@@ -16,6 +16,7 @@ from .evalfixtures import (  # noqa: F401  (fixtures)
 )
 from kevin_agent.config import RunConfig
 from kevin_agent.errors import EnvironmentUnavailable, TaskError
+from kevin_agent.evaluate import memory
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator, detect_device
 from kevin_agent.evaluate.logs import trim_compile_error
 from kevin_agent.evaluate.pool import scrubbed_env
@@ -202,6 +203,17 @@ def test_a_build_ninja_would_redo_is_not_taken_from_the_cache(cpp_batch, cpu_set
 # --- run-time cheats ----------------------------------------------------------------------
 def test_honest_python_candidate_is_correct(python_batch):
     assert python_batch["honest_python"].status is Status.CORRECT, python_batch["honest_python"].error
+
+
+def test_the_evaluations_peak_memory_is_reported_against_the_tasks_footprint(python_batch, cpu_evaluator):
+    fp = cpu_evaluator.footprint
+    # The scale task: one 128 x 512 float32 input, an output of the same size, no parameters.
+    assert (fp.param_bytes, fp.input_bytes, fp.output_bytes) == (0, 128 * 512 * 4, 128 * 512 * 4)
+    use = python_batch["honest_python"].memory
+    assert use is not None and use.measured == "host resident memory"
+    assert use.footprint_bytes == fp.total and use.planned_bytes == memory.planned(fp)
+    # The copies of inputs and outputs at least, and far less than a copy of every set of inputs at once.
+    assert 2 * fp.input_bytes <= use.peak_reserved_bytes < use.planned_bytes
 
 
 def test_wrong_values_are_incorrect_with_the_error_size(python_batch):

@@ -335,7 +335,8 @@ def test_the_load_stage_has_its_own_limit_not_one_derived_from_the_reference():
     from kevin_agent.evaluate.reference import stage_limit
 
     settings = EvalSettings(device="cpu", stage_floor_s=3.0, load_timeout_s=90.0, run_timeout_s=300.0)
-    reference = SimpleNamespace(eager=SimpleNamespace(median_ms=0.5), call_s=0.0005)
+    reference = SimpleNamespace(eager=SimpleNamespace(median_ms=0.5), call_s=0.0005, answers_stored=True,
+                                transfer_bytes_per_s=0.0, draw_s=0.0)
     load = stage_limit("load", settings, reference)
     assert load.seconds == 90.0 and "load_timeout_s" in load.how
     assert stage_limit("correctness", settings, reference).seconds < 10

@@ -45,6 +45,29 @@ def test_honest_prebuilt_kernel_passes_every_guard(tricks_results):
     assert res.runtime.runs == 20 and res.speedup and res.speedup > 0.3
 
 
+def test_the_gpu_peak_is_the_allocators_and_stays_within_the_plan(tricks_results):
+    evaluator, results = tricks_results
+    use = results[HONEST.name].memory
+    assert use is not None and use.measured == "cuda allocator"
+    assert use.footprint_bytes == evaluator.footprint.total
+    fp = evaluator.footprint
+    assert fp.input_bytes + fp.output_bytes <= use.peak_allocated_bytes <= use.peak_reserved_bytes
+    assert use.peak_reserved_bytes <= use.planned_bytes
+
+
+def test_poisoning_grows_the_allocator_by_at_most_half_of_what_is_free():
+    import torch
+
+    from kevin_agent.evaluate.correctness import poison_free_blocks
+
+    free, _ = torch.cuda.mem_get_info()
+    before = torch.cuda.memory_reserved()
+    poison_free_blocks("cuda", 10 * free)  # asked for more than the device has
+    grown = torch.cuda.memory_reserved() - before
+    assert 0 < grown <= free // 2 + (20 << 20)
+    torch.cuda.empty_cache()
+
+
 @pytest.mark.parametrize("trick", TRICKS, ids=lambda t: t.name.replace(" ", "-"))
 def test_trick_is_caught_at_run_time(trick, tricks_results):
     res = tricks_results[1][trick.name]

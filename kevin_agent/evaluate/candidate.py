@@ -13,17 +13,22 @@ from collections.abc import Callable
 import torch
 
 from ..config import EvalSettings
-from ..results import EvalResult, RuntimeFloor, Stage, Status
+from ..results import EvalResult, GraphTiming, RuntimeFloor, Stage, Status
 from .cache import cpu_name
+from . import meter
 from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
-                          clone_all, compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
+                          compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import graph_column
+from .memory import graph_fits
 from .guards import Integrity, audit_ops
 from .jobs import Job, WorkerReply
 from .plausibility import bandwidth, implausibility, runtime_floor
-from .taskcode import call_factory, describe, import_file
-from .timing import Timer, hidden_work, hidden_work_refusal
-from .trials import Trials
+from .taskcode import TaskProblem, call_factory, describe, import_file
+from .timing import GRAPH_MAX_OUTPUT_BYTES, Timer, hidden_work, hidden_work_refusal
+from .trials import ReferenceChanged, Trials
+
+
+_GRAPH_TOO_LARGE = "not measured: the task's inputs and outputs leave no room for the captured graphs"
 
 
 class RuleBroken(Exception):
@@ -75,6 +80,8 @@ def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[s
     """Load, check and time ``job.candidate_path``; the reply carries the verdict."""
     outcome = Outcome()
     reached = [Stage.LOAD]
+    device, footprint = job.settings.device, trials.meta.footprint
+    meter.start(device)
 
     def enter(s: Stage) -> None:
         if s is Stage.TIMING:
@@ -89,7 +96,7 @@ def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[s
                         max_rel_err=outcome.max_rel_err if outcome.compared else None,
                         atol=outcome.atol, rtol=outcome.rtol, device=job.settings.device,
                         device_name=device_name(job.settings.device), tolerance=job.settings.tolerance,
-                        reference_tf32=job.settings.reference_tf32, **extra)
+                        reference_tf32=job.settings.reference_tf32, memory=meter.use(device, footprint), **extra)
         return WorkerReply(ok=status is Status.CORRECT, eval=ev, device_name=ev.device_name,
                            versions=versions())
 
@@ -105,16 +112,24 @@ def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[s
         return _check_and_time(job, trials, ref, cand, outcome, enter, result, integrity)
     except Mismatch as exc:
         return result(Status.INCORRECT, str(exc))
-    except RuleBroken as exc:
+    except (RuleBroken, ReferenceChanged) as exc:
         return result(Status.CHECK_FAILED, str(exc))
+    except TaskProblem as exc:  # inputs drawn again came out otherwise: the task's, not the candidate's
+        return WorkerReply(ok=False, error_kind="task", error=str(exc), versions=versions())
     except BaseException as exc:  # candidate code may raise anything, SystemExit included
-        return result(Status.RUNTIME_ERROR, describe(exc, job.candidate_path, job.task_path))
+        error = describe(exc, job.candidate_path, job.task_path)
+        if meter.is_oom(exc):
+            if meter.oom_fault(exc, device, footprint, job.candidate_path) == "harness":
+                return WorkerReply(ok=False, error_kind="harness", error=meter.harness_note(
+                    exc, device, footprint, f"during {reached[0].value}"), versions=versions())
+            error += meter.candidate_note(footprint)
+        return result(Status.RUNTIME_ERROR, error)
 
 
 def _answer(trials: Trials, name: str):
-    """The reference, as ``run_trial`` calls it: the stored answer to set ``name``, put on the
-    device only once the candidate has run (its memory cannot hold it before)."""
-    return lambda *_: trials.expected(name)
+    """The reference, as ``run_trial`` calls it: the answer to set ``name``, put on the device (or
+    computed there again) only once the candidate has run (its memory cannot hold it before)."""
+    return lambda *inputs: trials.expected(name, inputs)
 
 
 def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> int:
@@ -126,7 +141,7 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
     for i in range(s.correctness_trials):
         name = f"trial-{i + 1}"
         inputs, which = trials.inputs(name), trials.input_set(name)
-        poison = poison or 4 * nbytes_of(inputs) + (64 << 20)
+        poison = poison or trials.poison_bytes()
         outcome.trials += 1
         try:
             got, want = run_trial(cand, _answer(trials, name), inputs, device=device, atol=s.atol, rtol=s.rtol,
@@ -141,7 +156,7 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
         outcome.trials_passed += 1
     check_integrity(integrity, "during the correctness trials")
     if s.op_audit:
-        computing = audit_ops(cand, trials.inputs("audit"))
+        computing = audit_ops(cand, trials.on_device("audit"))
         sync(device)
         if computing:
             raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
@@ -168,8 +183,9 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
             check_plain_tensors(got)
             check_inputs_unchanged(timed_inputs, fresh)
             check_no_alias(got, timed_inputs)
-            want = trials.expected("recheck")
+            want = trials.expected("recheck", timed_inputs)
         compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
+        del want  # the next trial's copies take its place
         run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
                   atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome, poison_bytes=poison)
     except Mismatch as exc:
@@ -195,7 +211,7 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     # or the temperature between them cannot flatter either.
     enter(Stage.TIMING)
     timer = Timer(device)
-    timing_inputs = trials.inputs("timing")
+    timing_inputs = trials.on_device("timing")
     overhead_ms = timer.sync_overhead_ms(s.timed_runs)
     runs = timer.runs(cand, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     check_integrity(integrity, "while it was timed")
@@ -203,7 +219,8 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     sync_check = hidden_work(runs, overhead_ms) if device == "cuda" else None
     if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
         raise RuleBroken(refusal)
-    reference = timer.time(ref, clone_all(timing_inputs), warmup=s.warmup_runs, runs=s.timed_runs)
+    # On the very tensors the candidate was timed on: the re-check below writes new values into them anyway.
+    reference = timer.time(ref, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     flags: list[str] = []
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
@@ -216,7 +233,9 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
         flags.append(flag)
     graph = None
-    if device == "cuda":
+    if device == "cuda" and not graph_fits(trials.meta.footprint, meter.room(device) or 0, GRAPH_MAX_OUTPUT_BYTES):
+        graph = GraphTiming(calls=0, runtime_note=_GRAPH_TOO_LARGE, reference_note=_GRAPH_TOO_LARGE)
+    elif device == "cuda":
         # Last, with every check passed: candidate code runs inside the capture, and the verdict
         # does not depend on it (a model that cannot be captured just gets a note).
         graph = graph_column(timer, cand, ref, timing_inputs, candidate_ms=runtime.median_ms,

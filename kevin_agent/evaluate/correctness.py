@@ -3,11 +3,14 @@
 Per trial ``i`` (seed ``seed + i``): the task's ``get_inputs()`` runs under
 ``torch.manual_seed(seed + i)``; odd trials rescale every floating input by a positive factor
 drawn from the seed (between 1/4 and 4, so signs and domains such as "positive only" hold).
-The candidate runs first, on its own clone of the inputs, with freed and uninitialised memory
-poisoned (NaN for floats, the dtype's max for integers), then again on a second clone (it
-must agree with itself), then the reference on a third clone. An output that shares storage
-with an input, an input modified in place, an output that stays the same when the
-reference's changes (a cached or constant answer) all fail the trial.
+The candidate runs first, on its own copy of the inputs, with freed and uninitialised memory
+poisoned (NaN for floats, the dtype's max for integers); the reference's answer to the same
+inputs comes after it, and the two are compared; then the candidate runs again on a fresh copy
+and must agree with the reference again. An output that shares storage with an input, an input
+modified in place, an output that stays the same when the reference's changes (a cached or
+constant answer) all fail the trial. The device holds one copy of the inputs, one output and
+the answer at a time, and comparisons go a piece at a time, so a trial needs little more than
+the task itself (``memory``).
 
 Tolerances, per output dtype and preset (an element passes when
 ``|cand - ref| <= atol + rtol * |ref|``; NaN matches NaN, equal infinities match):
@@ -39,6 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .fingerprint import digests, leaves, sample
+from .taskcode import to_device
 from .timing import _cuda_sync
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -47,6 +52,9 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (2e-2, 2e-2),
 }
+COMPARE_CHUNK = 1 << 22
+"""Elements compared per step: the comparison's float64 temporaries stay near 200 MiB, whatever
+the size of the output."""
 PRESETS: dict[str, dict[torch.dtype, tuple[float, float]]] = {
     "strict": TOLERANCES,
     "kernelbench": {dtype: (max(a, 1e-2), max(r, 1e-2)) for dtype, (a, r) in TOLERANCES.items()},
@@ -84,25 +92,38 @@ def set_reference_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def leaves(value, path: str = "output") -> list[tuple[str, object]]:
-    if isinstance(value, (tuple, list)):
-        out = []
-        for i, item in enumerate(value):
-            out.extend(leaves(item, f"{path}[{i}]"))
-        return out
-    return [(path, value)]
-
-
 def clone_all(values: Sequence) -> list:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
+def _chunks(a: torch.Tensor, b: torch.Tensor):
+    """Matching flat pieces of two tensors of one shape, at most COMPARE_CHUNK elements each, with
+    the flat (row-major) index of each piece's first element; ``b``'s pieces are moved to ``a``'s
+    device as they come."""
+    if a.dim() == 0:
+        yield a.reshape(1), b.reshape(1).to(a.device), 0
+        return
+    if a.is_contiguous() and b.is_contiguous():
+        fa, fb = a.reshape(-1), b.reshape(-1)
+        for start in range(0, fa.numel(), COMPARE_CHUNK):
+            yield fa[start:start + COMPARE_CHUNK], fb[start:start + COMPARE_CHUNK].to(a.device), start
+        return
+    row = max(a[0].numel(), 1)
+    step = max(1, COMPARE_CHUNK // row)
+    for i in range(0, a.shape[0], step):
+        yield a[i:i + step].reshape(-1), b[i:i + step].reshape(-1).to(a.device), i * row
+
+
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes, dtypes and values (NaN equals NaN), compared a piece at a time; ``b`` may
+    be on another device."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.dtype.is_floating_point:
-        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-    return torch.equal(a, b)
+    for x, y, _ in _chunks(a, b):
+        same = (x == y) | (torch.isnan(x) & torch.isnan(y)) if x.dtype.is_floating_point else x == y
+        if not bool(same.all()):
+            return False
+    return True
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -122,10 +143,22 @@ def check_no_alias(outputs, inputs: Sequence) -> None:
                                "kernel wrote, not an input or a view of one")
 
 
+def _modified(i: int) -> Mismatch:
+    return Mismatch(f"the candidate modified input {i} in place; inputs must be left unchanged")
+
+
 def check_inputs_unchanged(used: Sequence, pristine: Sequence) -> None:
+    """``used`` holds the values of ``pristine`` (which may be on the host)."""
     for i, (u, p) in enumerate(zip(used, pristine)):
         if isinstance(u, torch.Tensor) and not same_values(u, p):
-            raise Mismatch(f"the candidate modified input {i} in place; inputs must be left unchanged")
+            raise _modified(i)
+
+
+def check_digests_unchanged(used: Sequence, before: Sequence[str]) -> None:
+    """``used`` has the fingerprints ``digests`` gave it before the candidate ran."""
+    for i, (now, then) in enumerate(zip(digests(used), before)):
+        if now != then:
+            raise _modified(i)
 
 
 def compare(cand, ref, atol: float | None, rtol: float | None, outcome: Outcome, preset: str = "strict") -> None:
@@ -151,24 +184,40 @@ def compare(cand, ref, atol: float | None, rtol: float | None, outcome: Outcome,
         outcome.compared = True
         if c.numel() == 0:
             continue
-        cd, rd = c.detach().double(), r.detach().double()
+        max_abs, idx, max_rel, bad = _errors(c.detach(), r.detach(), a, rt)
+        outcome.max_abs_err = max(outcome.max_abs_err, max_abs)
+        outcome.max_rel_err = max(outcome.max_rel_err, max_rel)
+        if bad:
+            where = tuple(int(v) for v in torch.unravel_index(torch.tensor(idx), tuple(c.shape)))
+            raise Mismatch(
+                f"{path}: {bad} of {c.numel()} elements differ beyond atol={a:g}, "
+                f"rtol={rt:g} (max abs err {max_abs:.4g} at {where}: got "
+                f"{float(c[where].double()):.6g}, expected {float(r[where].double()):.6g})"
+            )
+
+
+def _errors(c: torch.Tensor, r: torch.Tensor, a: float, rt: float) -> tuple[float, int, float, int]:
+    """(largest absolute error, its flat index (the first where it occurs), largest relative error,
+    elements beyond the tolerance), a piece at a time: memory stays bounded for any output."""
+    maxes, worst, rels, bads, offsets = [], [], [], [], []
+    for cc, rc, start in _chunks(c, r):
+        cd, rd = cc.double(), rc.double()
         diff = (cd - rd).abs()
         both_nan = torch.isnan(cd) & torch.isnan(rd)
         same_inf = torch.isinf(rd) & (cd == rd)
         diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
         diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
-        bad = diff > a + rt * rd.abs().nan_to_num(0.0)
-        outcome.max_abs_err = max(outcome.max_abs_err, float(diff.max()))
-        rel = diff / (rd.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0) + a) if a > 0 else diff / rd.abs()
-        outcome.max_rel_err = max(outcome.max_rel_err, float(rel.nan_to_num(nan=0.0, posinf=float("inf")).max()))
-        if bool(bad.any()):
-            idx = int(torch.argmax(diff.flatten()))
-            where = tuple(int(v) for v in torch.unravel_index(torch.tensor(idx), tuple(c.shape)))
-            raise Mismatch(
-                f"{path}: {int(bad.sum())} of {c.numel()} elements differ beyond atol={a:g}, "
-                f"rtol={rt:g} (max abs err {float(diff.max()):.4g} at {where}: got "
-                f"{float(cd.flatten()[idx]):.6g}, expected {float(rd.flatten()[idx]):.6g})"
-            )
+        ref_abs = rd.abs()
+        bads.append((diff > a + rt * ref_abs.nan_to_num(0.0)).sum())
+        rel = diff / (ref_abs.nan_to_num(0.0, posinf=0.0, neginf=0.0) + a) if a > 0 else diff / ref_abs
+        rels.append(rel.nan_to_num(nan=0.0, posinf=float("inf")).max())
+        k = torch.argmax(diff)
+        maxes.append(diff[k])
+        worst.append(k)
+        offsets.append(start)
+    best = int(torch.argmax(torch.stack(maxes)))  # the first piece holding the largest error
+    return (float(maxes[best]), offsets[best] + int(worst[best]), float(torch.stack(rels).max()),
+            int(torch.stack(bads).sum()))
 
 
 @contextlib.contextmanager
@@ -192,7 +241,10 @@ def poison_free_blocks(device: str, nbytes: int) -> None:
     kernel that takes memory from the allocator another way (``raw_alloc``, ``from_blob`` on a
     pointer it kept) would still see old values. So every free block the allocator holds is
     taken once, largest first (best fit hands out the block of that size), filled and given
-    back, and one large block covers memory the allocator has not handed out yet."""
+    back; then one block of ``nbytes`` more (at most half of what the device still has free)
+    covers memory the allocator has not handed out yet. The blocks taken are the allocator's
+    own already; only the last one can grow what the process holds, and it is given back to be
+    reused by the trial's own allocations."""
     if device != "cuda":
         return
     sizes = []
@@ -203,7 +255,9 @@ def poison_free_blocks(device: str, nbytes: int) -> None:
     held = []
     for size in sorted(sizes, reverse=True)[:4096]:
         held.append(torch.empty(size // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
-    held.append(torch.empty(max(nbytes, 64 << 20) // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
+    fresh = min(nbytes, torch.cuda.mem_get_info()[0] // 2) if nbytes > 0 else 0
+    if fresh >= 512:
+        held.append(torch.empty(fresh // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
     _cuda_sync()
     del held
 
@@ -228,25 +282,38 @@ def nbytes_of(values) -> int:
 def run_trial(candidate: Callable, reference: Callable, inputs: Sequence, *, device: str,
               atol: float | None, rtol: float | None, outcome: Outcome, poison_bytes: int,
               preset: str = "strict"):
-    """One trial on ``inputs``: returns (candidate output, reference output); raises Mismatch."""
-    pristine = clone_all(inputs)
+    """One trial on ``inputs`` (the set as drawn, on the host or the device; never handed to a model
+    and never changed): returns samples of (candidate output, reference output); raises Mismatch.
+
+    The candidate runs on a copy of its own, then the reference on the same copy (once it is
+    known unchanged); the two are compared and freed, and freed memory is poisoned again before
+    the candidate runs a second time on a fresh copy. So the device holds one copy of the inputs,
+    the candidate's output and the reference's answer at a time."""
     with poisoned_memory(device), torch.no_grad():
         poison_free_blocks(device, poison_bytes)
-        mine = clone_all(inputs)
+        mine = to_device(list(inputs), device, copy=True)
+        before = digests(mine)
         first = candidate(*mine)
         sync(device)
         check_plain_tensors(first)
-        check_inputs_unchanged(mine, pristine)
+        check_digests_unchanged(mine, before)
         check_no_alias(first, mine)
-        first_copy = [v.clone() if isinstance(v, torch.Tensor) else v for _, v in leaves(first)]
-        again = candidate(*clone_all(inputs))
+        expected = reference(*mine)
+        sync(device)
+    compare(first, expected, atol, rtol, outcome, preset)
+    kept = sample(first), sample(expected)
+    del first, expected, mine
+    with poisoned_memory(device), torch.no_grad():
+        poison_free_blocks(device, 0)  # the answer just freed is not there for the second run to find
+        mine = to_device(list(inputs), device, copy=True)
+        again = candidate(*mine)
         sync(device)
         check_plain_tensors(again)
-        expected = reference(*clone_all(inputs))
+        check_digests_unchanged(mine, before)
+        expected = reference(*mine)
         sync(device)
-    compare(first_copy, expected, atol, rtol, outcome, preset)
     try:
         compare(again, expected, atol, rtol, outcome, preset)
     except Mismatch as exc:
         raise Mismatch(f"a second run on the same inputs gave a different answer: {exc}") from None
-    return first_copy, expected
+    return kept

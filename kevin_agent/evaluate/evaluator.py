@@ -10,6 +10,13 @@ times it with the device to itself (``gate``). ``device_busy`` holds every timin
 the model generates on the evaluation device. Each stage of a worker has its own time limit,
 derived from the reference's time (``reference.stage_limit``); every wait and every stage is
 clocked into the result's ``stage_s``.
+
+Memory (``memory``): the probe measures the task's footprint and refuses a task whose evaluation
+does not fit the device's free memory, before any turn; how many candidates are checked at once
+and how many workers wait follow from the footprint. When an evaluation itself runs out of
+memory it is tried once more, poisoning less; a second failure ends the run with
+``EvaluationOutOfMemory`` (as a worker that cannot get ready ends it with the task's error):
+neither is ever a candidate's result.
 """
 
 from __future__ import annotations
@@ -27,14 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import EvalSettings
-from ..errors import EnvironmentUnavailable, TaskError
+from ..errors import EnvironmentUnavailable, EvaluationOutOfMemory, KevinError, TaskError
 from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
 from ..results import Confirmation, Confirmed, EvalResult, Stage, Status
 from ..task import Task, TaskProbe
-from . import cache, confirm, reference
+from . import cache, confirm, memory, reference
 from .gate import DeviceGate, GaveUp, Holding
 from .jobs import KERNEL, Assignment
 from .logs import tail, trim_compile_error
+from .memory import Footprint
 from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
 from .warm import WarmPool, WorkerFailed
@@ -77,7 +85,13 @@ class LocalEvaluator:
         self.reference: reference.ReferenceData | None = None
         """The task's reference data (after ``probe``)."""
         self._probe_lock = threading.Lock()
-        workers = settings.eval_workers or default_eval_workers(self.device)
+        self.footprint: Footprint | None = None
+        """The task's own device memory, as the probe measured it."""
+        self.capacity_bytes: int | None = None
+        """The device memory the evaluation may use, as the probe found it."""
+        self.workers = workers = settings.eval_workers or default_eval_workers(self.device)
+        self.at_once = workers
+        """Candidates checked at the same time (fewer when the task's memory allows no more)."""
         self._run_slots = threading.BoundedSemaphore(workers)
         self.pool = WarmPool(self._start_run_worker, size=workers, gate=self.gate, give_up=self._aborted.is_set,
                              prep_limit=Limit(settings.run_timeout_s, f"run_timeout_s = {settings.run_timeout_s:g} s"),
@@ -118,10 +132,11 @@ class LocalEvaluator:
             return True
         checked_at, room = self._room_checked
         if time.monotonic() - checked_at > 2.0:
-            ref = self.reference
-            data = max((s.nbytes for s in ref.sets), default=0) + ref.output_bytes // max(len(ref.sets), 1) if ref else 0
+            # Another waiting worker, and still a whole evaluation's room beside it.
+            fp = self.footprint
+            need = memory.idle_worker(fp) + memory.per_worker(fp) if fp is not None else 1 << 30
             free = gpu_free_bytes(self.settings.visible_devices)
-            room = free is None or free > (1 << 30) + 10 * data
+            room = free is None or free > need
             self._room_checked = (time.monotonic(), room)
         return room
 
@@ -155,9 +170,9 @@ class LocalEvaluator:
                     if run.timed_out else f"building the task crashed: {run.died()}\n{tail(run.log, 10)}")
             raise TaskError(f"{where}: {what}", hint="run the file's get_inputs() and Model by hand")
         if reply.error_kind == "environment":
-            raise EnvironmentUnavailable(reply.error, hint="pass --device cpu to run on the CPU")
+            raise EnvironmentUnavailable(reply.error, hint=reply.hint or "pass --device cpu to run on the CPU")
         if not reply.ok or reply.probe is None:
-            raise TaskError(f"{where}: {reply.error}", hint="fix the task file so that "
+            raise TaskError(f"{where}: {reply.error}", hint=reply.hint or "fix the task file so that "
                             f"{self.task.class_name}(*get_init_inputs())(*get_inputs()) runs")
         made = reference.read(folder)
         if made is None:
@@ -167,6 +182,11 @@ class LocalEvaluator:
         self._worker_versions = reply.versions
         self.task.probe = reply.probe
         self.reference = made
+        self.footprint, self.capacity_bytes = reply.footprint, reply.capacity_bytes
+        if self.footprint is not None and self.capacity_bytes:
+            # No candidate is running yet: the slots can still be resized.
+            self.at_once, self.pool.size = memory.concurrency(self.footprint, self.capacity_bytes, self.workers)
+            self._run_slots = threading.BoundedSemaphore(self.at_once)
         self.pool.open()
         return reply.probe
 
@@ -254,7 +274,7 @@ class LocalEvaluator:
         return reference.stage_limit(phase, self.settings, self.reference)
 
     def _run(self, build: _Build, clock: StageClock, on_stage: CandidateStageCallback | None,
-             on_output: OutputCallback | None) -> EvalResult:
+             on_output: OutputCallback | None, lean: bool = False) -> WorkerRun:
         worker: WorkerProcess | None = None
         holding = Holding(self.gate, lambda: self._aborted.is_set() or (worker is not None and not worker.alive()))
         try:
@@ -271,7 +291,7 @@ class LocalEvaluator:
             holding.share()
             clock.switch("load")
             worker.send(Assignment(candidate_path=str(build.folder / "candidate.py"),
-                                   build_dir=str(build.folder)).model_dump())
+                                   build_dir=str(build.folder), lean=lean).model_dump())
 
             exceeded = worker.follow(limit=self._limit, answer=self._answer(holding), on_stage=on_stage,
                                      on_output=on_output, clock=clock, phase="load")
@@ -284,6 +304,19 @@ class LocalEvaluator:
             self._run_slots.release()
         if run.reply is None:
             cache.clear_locks(build.folder)
+        return run
+
+    def _checked(self, build: _Build, clock: StageClock, on_stage: CandidateStageCallback | None,
+                 on_output: OutputCallback | None) -> EvalResult:
+        """The candidate's result. An evaluation that ran out of memory in the harness's own work
+        is tried once more, poisoning less; failing again, or the task failing, raises: it is not
+        the candidate's result."""
+        run = self._run(build, clock, on_stage, on_output)
+        if _kind(run) == "harness" and not self._aborted.is_set():
+            self.pool.expect(1)
+            run = self._run(build, clock, on_stage, on_output, lean=True)
+        if not self._aborted.is_set() and (kind := _kind(run)) in ("harness", "task"):
+            raise _failure(kind, run.reply.error, str(self.task.path))
         return self._from_run(run)
 
     def _answer(self, holding: Holding) -> Callable[[str], dict]:
@@ -316,7 +349,8 @@ class LocalEvaluator:
     # --- the Evaluator protocol ----------------------------------------------------------
     def submit(self, source: str, *, on_stage: CandidateStageCallback | None = None,
                on_output: OutputCallback | None = None) -> Future[EvalResult]:
-        """Start evaluating one candidate now; the future always resolves to an ``EvalResult``."""
+        """Start evaluating one candidate now; the future resolves to an ``EvalResult``, or to a
+        ``KevinError`` when the task or the machine cannot evaluate it (``_checked``)."""
         future: Future[EvalResult] = Future()
         future.set_running_or_notify_cancel()
         clock = StageClock()
@@ -330,6 +364,7 @@ class LocalEvaluator:
     def _pipeline(self, source: str, future: Future[EvalResult], clock: StageClock,
                   on_stage: CandidateStageCallback | None, on_output: OutputCallback | None) -> None:
         build: _Build | None = None
+        failure: KevinError | None = None
         needs_worker = True
         try:
             if self._aborted.is_set():
@@ -345,11 +380,16 @@ class LocalEvaluator:
                 clock.switch("queue")
                 self._ensure_probed()
                 needs_worker = False  # from here on the worker taken counts it
-                result = self._run(build, clock, on_stage, on_output)
+                result = self._checked(build, clock, on_stage, on_output)
         except GaveUp:
             result = _interrupted(Stage.COMPILE if build is None else Stage.LOAD)
+        except KevinError as exc:  # the task's or the machine's: the run ends, no candidate is blamed
+            failure = exc
         except WorkerFailed as exc:
-            result = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD, error=str(exc))
+            if exc.kind in ("harness", "task"):
+                failure = _failure(exc.kind, str(exc), str(self.task.path))
+            else:
+                result = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD, error=str(exc))
         except BaseException as exc:  # the future must resolve whatever happens in here
             result = EvalResult(status=Status.RUNTIME_ERROR, stage=Stage.LOAD,
                                 error=f"the evaluator failed: {type(exc).__name__}: {exc}")
@@ -357,6 +397,9 @@ class LocalEvaluator:
             self._threads.discard(threading.current_thread())
             if needs_worker:
                 self.pool.expect(-1)
+        if failure is not None:
+            future.set_exception(failure)
+            return
         extra = {"device": self.device, "device_name": self.device_name, "stage_s": clock.times(),
                  "wall_s": round(clock.elapsed(), 4)}
         if build is not None:
@@ -467,6 +510,18 @@ class LocalEvaluator:
 def _close_quietly(pool: WarmPool, scratch: Path) -> None:
     pool.close()
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _kind(run: WorkerRun) -> str:
+    return run.reply.error_kind if run.reply is not None else ""
+
+
+def _failure(kind: str, error: str, where: str) -> KevinError:
+    if kind == "harness":
+        return EvaluationOutOfMemory(error, hint="free device memory (stop other processes on the GPU, lower "
+                                     "--gpu-memory-utilization), or allow less with --eval-memory-gib; then resume")
+    return TaskError(f"{where}: {error}", hint="fix the task file so that its inputs and reference come out the "
+                     "same in every process; then resume")
 
 
 def _interrupted(stage: Stage) -> EvalResult:

@@ -150,7 +150,7 @@ class Confirming:
             try:
                 self.compiled = torch.compile(self.ref)
                 with torch.no_grad():
-                    self.compiled(*self.trials.inputs("timing"))
+                    self.compiled(*self.trials.on_device("timing"))
             except Exception as exc:
                 self.compiled, self.compile_error = None, describe(exc)[:300]
         self.timer = Timer(self.device)
@@ -200,9 +200,9 @@ class Confirming:
         self.stage(Stage.TIMING)
         for kernel in self.kernels:
             if kernel.alive:
-                kernel.timed = Timed(str(kernel.index), kernel.model, self.trials.inputs("timing"), kernel)
-        reference = Timed("-", self.ref, self.trials.inputs("timing"))
-        compiled = Timed("-", self.compiled, self.trials.inputs("timing")) if self.compiled is not None else None
+                kernel.timed = Timed(str(kernel.index), kernel.model, self.trials.on_device("timing"), kernel)
+        reference = Timed("-", self.ref, self.trials.on_device("timing"))
+        compiled = Timed("-", self.compiled, self.trials.on_device("timing")) if self.compiled is not None else None
         entries = [k.timed for k in self.kernels if k.alive] + [reference] + ([compiled] if compiled else [])
         self.mark("-")
         overhead_ms = self.timer.sync_overhead_ms(self.s.timed_runs)

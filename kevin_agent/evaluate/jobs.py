@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from ..config import EvalSettings
 from ..results import Confirmed, EvalResult
 from ..task import TaskProbe
+from .memory import Footprint
 
 WANT = "want "
 """Prefix of a worker's request line: ``want candidate``, ``want timing``."""
@@ -30,6 +31,8 @@ class Assignment(BaseModel):
     candidate_path: str
     build_dir: str
     """The candidate's build folder (its ``TORCH_EXTENSIONS_DIR``)."""
+    lean: bool = False
+    """Poison less memory: the evaluation is tried again after the harness ran out of device memory."""
 
 
 class Job(BaseModel):
@@ -55,7 +58,9 @@ class Job(BaseModel):
 
 class WorkerReply(BaseModel):
     ok: bool
-    error_kind: Literal["", "task", "environment", "compile", "runtime"] = ""
+    error_kind: Literal["", "task", "environment", "compile", "runtime", "harness"] = ""
+    """``harness``: the evaluation itself failed (it ran out of device memory in its own work, or
+    left the candidate no room): not the candidate's doing, and never reported as its result."""
     error: str = ""
     eval: EvalResult | None = None
     """Run mode: the result as far as the worker knows it (no compile fields)."""
@@ -64,3 +69,9 @@ class WorkerReply(BaseModel):
     probe: TaskProbe | None = None
     device_name: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
+    hint: str = ""
+    """What the person can do about ``error`` (task and environment problems)."""
+    footprint: Footprint | None = None
+    """Probe: the task's own device memory."""
+    capacity_bytes: int | None = None
+    """Probe: the device memory the evaluation may use (``memory.capacity``)."""

@@ -27,9 +27,10 @@ from ..config import EvalSettings
 from ..results import TimingStats
 from ..task import Task
 from . import cache
+from .memory import Footprint
 from .pool import Limit
 
-FORMAT = 1
+FORMAT = 2
 META = "meta.json"
 OUTPUTS = "outputs.pt"
 INPUTS = "inputs.pt"
@@ -38,6 +39,10 @@ GRAPH_CALLS, GRAPH_TARGET_S = 50, 0.002
 STORE_INPUTS_BYTES = 256 << 20
 """Inputs up to this size (all sets together) are stored; larger ones are drawn again from their
 seed by each worker, which checks them against the stored checksums."""
+STORE_ANSWERS_BYTES = 1 << 30
+"""The reference's answers up to this size (all sets together) are stored; larger ones would cost
+gigabytes of disk per task, so each worker computes them again, after its candidate has run, and
+checks each against the fingerprint stored here."""
 
 
 class InputSet(BaseModel):
@@ -50,7 +55,9 @@ class InputSet(BaseModel):
     """sha256 of the tensors' bytes (and the repr of anything else), in order."""
     nbytes: int
     expected: bool
-    """Whether the reference's answer to it is stored."""
+    """Whether the reference's answer to it is used (stored, or computed again by each worker)."""
+    answer_digest: str = ""
+    """``fingerprint.digest`` of the reference's answer to it, when answered."""
 
 
 class ReferenceData(BaseModel):
@@ -68,6 +75,20 @@ class ReferenceData(BaseModel):
     compile_error: str = ""
     bandwidth_bytes_per_ms: float
     output_bytes: int = 0
+    answers_stored: bool = True
+    """Whether the answers are in ``outputs.pt``; if not, each worker computes them again."""
+    answers_repeatable: bool = True
+    """The reference gave bitwise the same answer twice to the same inputs: an answer computed again
+    must then match its stored fingerprint."""
+    inputs_on_host: bool = True
+    """``get_inputs()`` gives host tensors (drawing them again needs no device)."""
+    footprint: Footprint | None = None
+    """The task's own device memory, as the probe measured it."""
+    transfer_bytes_per_s: float = 0.0
+    """How fast the inputs move from the host to the device (a copy of one set), for the stage limits."""
+    draw_s: float = 0.0
+    """Inputs not stored: the longest a set took to draw again and checksum (a worker does it inside
+    a candidate's stage, one set at a time), for the stage limits."""
     device_name: str = ""
     created_at: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
@@ -124,11 +145,16 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
              "timing": 2 * (settings.warmup_runs + settings.timed_runs) + 4}.get(phase)
     if calls is None or ref is None:
         return Limit(cap, f"run_timeout_s = {cap:g} s")
+    if not ref.answers_stored:  # the reference runs after the candidate, twice per trial
+        calls += {"correctness": 2 * settings.correctness_trials, "timing": 3}.get(phase, 0)
     floor, factor = settings.stage_floor_s, settings.stage_time_factor
     per_call = ref.call_s if phase == "timing" else ref.eager.median_ms / 1e3
     seconds = floor + factor * calls * per_call
     how = (f"stage_floor_s {floor:g} s + stage_time_factor {factor:g} x {calls} calls x {per_call * 1e3:.3g} ms, "
            "the reference's own time per call")
+    if (moved := _moved_s(phase, settings, ref)) >= 0.05:
+        seconds += moved
+        how += f" + {moved:.3g} s to draw the inputs again and copy them to the device"
     if phase == "timing" and settings.device == "cuda":
         # The CUDA-graph column: reference and candidate each replay a graph of at most
         # GRAPH_CALLS calls, or about GRAPH_TARGET_S of work, (timed_runs // 4, at least 5) times
@@ -141,3 +167,17 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
     if seconds > cap:
         return Limit(cap, f"{how}, capped at run_timeout_s = {cap:g} s")
     return Limit(seconds, how)
+
+
+def _moved_s(phase: str, settings: EvalSettings, ref: ReferenceData) -> float:
+    """Four times what drawing a stage's inputs again (when not stored) and copying them (and stored
+    answers) to the device takes: large tasks spend seconds on it that have nothing to do with the
+    candidate."""
+    draws = {"correctness": settings.correctness_trials + 1, "timing": 3}.get(phase, 0)
+    seconds = draws * ref.draw_s
+    if ref.transfer_bytes_per_s > 0:
+        per_set = max((s.nbytes for s in ref.sets), default=0)
+        answer = ref.output_bytes // max(sum(s.expected for s in ref.sets), 1) if ref.answers_stored else 0
+        copies = {"correctness": 2 * settings.correctness_trials + 1, "timing": 4}.get(phase, 0)
+        seconds += copies * (per_set + answer) / ref.transfer_bytes_per_s
+    return 4 * seconds

@@ -14,6 +14,7 @@ import torch
 
 from ..task import TensorSpec
 from .jobs import Job
+from .memory import is_out_of_memory
 
 DISTRIBUTIONS = ("as-given", "rescaled")
 
@@ -73,8 +74,10 @@ def to_device(value, device: str, *, copy: bool = False):
 
 
 def make_inputs(module, job: Job, seed: int, distribution: str) -> list:
+    """The set drawn under ``seed``, left where ``get_inputs()`` put it (the host, by the KernelBench
+    convention): callers copy it to the device one set at a time."""
     torch.manual_seed(seed)
-    values = to_device(call_factory(module, "get_inputs", job), job.settings.device)
+    values = call_factory(module, "get_inputs", job)
     if distribution == "rescaled":
         gen = torch.Generator().manual_seed(seed)
         scale = 2.0 ** (4.0 * float(torch.rand(1, generator=gen)) - 2.0)
@@ -89,6 +92,8 @@ def build_reference(module, job: Job) -> torch.nn.Module:
     try:
         return getattr(module, job.class_name)(*init).to(job.settings.device)
     except Exception as exc:
+        if is_out_of_memory(str(exc), type(exc).__name__):
+            raise  # the worker says how much memory the task needs
         raise TaskProblem(f"building {job.class_name} failed: {describe(exc, job.task_path)}") from None
 
 

@@ -3,9 +3,10 @@
 ``make`` (in the probe worker) draws every set of inputs from its seed, runs the reference on
 it once under the conditions of a correctness trial (poisoned memory, no TF32), times the
 reference, and stores it all. ``Trials.load`` (in every run worker, before its candidate
-arrives) reads it back and draws again the inputs too large to store, checking every set
-against the checksum stored with the reference's answer: an answer is only ever compared with
-an output computed from bitwise the same inputs.
+arrives) reads it back; inputs too large to store are drawn again when a set is used, one set
+held on the host at a time, and every set is checked against the checksum stored with the
+reference's answer: an answer is only ever compared with an output computed from bitwise the
+same inputs.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ import ctypes
 import hashlib
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 from ..results import TimingStats
-from .correctness import clone_all, leaves, nbytes_of, poisoned_memory, sync
+from .correctness import leaves, nbytes_of, poisoned_memory, sync
+from .fingerprint import digest
 from .jobs import Job
-from .reference import INPUTS, META, OUTPUTS, STORE_INPUTS_BYTES, InputSet, ReferenceData, input_plan, read
+from .memory import Footprint, poison_bytes
+from .reference import (INPUTS, META, OUTPUTS, STORE_ANSWERS_BYTES, STORE_INPUTS_BYTES, InputSet, ReferenceData,
+                        input_plan, read)
 from .taskcode import TaskProblem, describe, make_inputs, to_device
 from .timing import Timer
 
@@ -49,62 +54,83 @@ def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distrib
     values = make_inputs(task, job, seed, distribution)
     entry = InputSet(name=name, seed=seed, distribution=distribution, checksum=checksum(values),
                      nbytes=nbytes_of(values), expected=answered)
-    answer = None
-    if answered:
-        with poisoned_memory(device), torch.no_grad():
-            out = ref(*clone_all(values))
-            sync(device)
-        answer = to_device(out, "cpu", copy=True)
+    answer = to_device(_answer(ref, values, device), "cpu", copy=True) if answered else None
     return entry, values, answer
 
 
-def make(job: Job, task, ref: torch.nn.Module, request_timing) -> ReferenceData:
-    """Draw, answer, time and store; ``request_timing()`` returns once the device is ours alone."""
+def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footprint | None = None) -> ReferenceData:
+    """Draw, answer, time and store; ``request_timing()`` returns once the device is ours alone.
+
+    Each set is drawn where ``get_inputs()`` puts it (the host, by the KernelBench convention) and
+    copied to the device for the reference, one set at a time."""
     s, device = job.settings, job.settings.device
     plan = input_plan(s)
     name0, seed0, dist0, _ = plan[0]
     # Inputs drawn again must come out the same, or each worker's copy must come from disk.
     deterministic = checksum(make_inputs(task, job, seed0, dist0)) == checksum(make_inputs(task, job, seed0, dist0))
-    sets, inputs, outputs, total = [], {}, {}, 0
-    for name, seed, dist, answered in plan:
-        entry, values, answer = draw_set(job, task, ref, name, seed, dist, answered)
-        sets.append(entry)
-        total += entry.nbytes
-        if answer is not None:
-            outputs[name] = answer
+    answered = sum(1 for *_, a in plan if a)
+    sets, inputs, outputs, total, output_bytes, repeatable, draw_s = [], {}, {}, 0, 0, True, 0.0
+    for name, seed, dist, answers in plan:
+        drawn_at = time.perf_counter()
+        values = make_inputs(task, job, seed, dist)
+        sum_of_values = checksum(values)
+        # A worker that draws the set again pays this too, inside a candidate's stage.
+        draw_s = max(draw_s, time.perf_counter() - drawn_at)
+        on_host = all(v.device.type == "cpu" for _, v in leaves(values) if isinstance(v, torch.Tensor))
+        answer_digest = ""
+        if answers:
+            out = _answer(ref, values, device)
+            answer_digest, first = digest(out), not output_bytes
+            output_bytes += nbytes_of([out])
+            if outputs is not None and nbytes_of([out]) * answered > STORE_ANSWERS_BYTES:
+                outputs = None  # computed again by each worker, cheaper than gigabytes on disk
+            if outputs is not None:
+                outputs[name] = to_device(out, "cpu", copy=True)
+            del out
+            if first:  # an answer computed again is checked only against a reference that repeats itself
+                repeatable = digest(_answer(ref, values, device)) == answer_digest
+        sets.append(InputSet(name=name, seed=seed, distribution=dist, checksum=sum_of_values,
+                             nbytes=nbytes_of(values), expected=answers, answer_digest=answer_digest))
+        total += sets[-1].nbytes
         if name == "timing":
             timing_inputs = values
         if inputs is not None:
             inputs[name] = to_device(values, "cpu", copy=True)
             if deterministic and total > STORE_INPUTS_BYTES:
                 inputs = None  # drawn again by each worker, cheaper than gigabytes on disk
+        del values
 
     request_timing()
     timer = Timer(device)
+    transfer = _transfer_bytes_per_s(timing_inputs, device)
+    timing_inputs = to_device(timing_inputs, device, copy=True)
     start = time.perf_counter()
-    eager = timer.time(ref, clone_all(timing_inputs), warmup=s.warmup_runs, runs=s.timed_runs)
+    eager = timer.time(ref, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     call_s = (time.perf_counter() - start) / (s.warmup_runs + s.timed_runs)
     compiled, compile_error = None, ""
     if s.compare_compile:
         try:
-            compiled = timer.time(torch.compile(ref), clone_all(timing_inputs), warmup=max(s.warmup_runs, 1),
-                                  runs=s.timed_runs)
+            compiled = timer.time(torch.compile(ref), timing_inputs, warmup=max(s.warmup_runs, 1), runs=s.timed_runs)
         except Exception as exc:
             compile_error = describe(exc)[:300]
+    del timing_inputs
     bandwidth = timer.bandwidth_bytes_per_ms()
 
     folder = Path(job.reference_dir)
-    torch.save(outputs, folder / OUTPUTS)
-    if inputs is not None:
-        torch.save(inputs, folder / INPUTS)
-    for path in (folder / OUTPUTS, *([folder / INPUTS] if inputs is not None else [])):
-        try:
-            torch.load(path, mmap=True, weights_only=True)
-        except Exception as exc:
-            raise TaskProblem(f"the reference's answers cannot be stored and read back: {describe(exc)}") from None
+    stored = [(folder / OUTPUTS, outputs), (folder / INPUTS, inputs)]
+    for path, content in stored:
+        if content is not None:
+            torch.save(content, path)
+            try:
+                torch.load(path, mmap=True, weights_only=True)
+            except Exception as exc:
+                raise TaskProblem(f"the reference's answers cannot be stored and read back: {describe(exc)}") from None
     data = ReferenceData(key=folder.name, sets=sets, inputs_stored=inputs is not None, eager=eager,
                          call_s=call_s, compiled=compiled, compile_error=compile_error,
-                         bandwidth_bytes_per_ms=bandwidth, output_bytes=nbytes_of(list(outputs.values())),
+                         bandwidth_bytes_per_ms=bandwidth, output_bytes=output_bytes,
+                         answers_stored=outputs is not None, answers_repeatable=repeatable, inputs_on_host=on_host,
+                         footprint=footprint, transfer_bytes_per_s=transfer,
+                         draw_s=draw_s if inputs is None else 0.0,
                          created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     tmp = folder / (META + ".tmp")
     tmp.write_text(data.model_dump_json(indent=1), encoding="utf-8")
@@ -112,35 +138,107 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing) -> ReferenceData:
     return data
 
 
-class Trials:
-    """The reference data one run worker checks its candidate against. Every call hands out
-    fresh copies on the device: nothing the candidate touches is kept."""
+def _answer(ref: torch.nn.Module, values: list, device: str):
+    """The reference's answer to ``values``, computed as in a trial (poisoned memory, its own copy
+    of the inputs on the device)."""
+    with poisoned_memory(device), torch.no_grad():
+        out = ref(*to_device(values, device, copy=True))
+        sync(device)
+    return out
 
-    def __init__(self, meta: ReferenceData, inputs: dict[str, list], outputs: dict, device: str) -> None:
-        self.meta, self._inputs, self._outputs, self.device = meta, inputs, outputs, device
+
+def _transfer_bytes_per_s(values: list, device: str) -> float:
+    """How fast one set of inputs is copied to the device (the stage limits allow for it)."""
+    nbytes = nbytes_of(values)
+    if nbytes < (1 << 20):
+        return 0.0
+    start = time.perf_counter()
+    copy = to_device(values, device, copy=True)
+    sync(device)
+    seconds = time.perf_counter() - start
+    del copy
+    return nbytes / max(seconds, 1e-6)
+
+
+def _drawn_again(job: Job, task, s: InputSet) -> list:
+    values = to_device(make_inputs(task, job, s.seed, s.distribution), "cpu")
+    if checksum(values) != s.checksum:
+        raise TaskProblem(f"get_inputs() under seed {s.seed} gave other inputs than when the reference's "
+                          "answers were stored; make it depend on torch's seed only")
+    return values
+
+
+class ReferenceChanged(Exception):
+    """The reference, computed again in a candidate's worker, did not give the answer recorded
+    before any candidate ran: the candidate changed the reference or something it calls."""
+
+
+class Trials:
+    """The reference data one run worker checks its candidate against: every set of inputs as
+    drawn (on the host), and the reference's answers. Device copies are handed out fresh; nothing
+    the candidate touches is kept."""
+
+    def __init__(self, meta: ReferenceData, inputs: dict[str, list] | None, outputs: dict | None, device: str,
+                 draw: Callable[[InputSet], list] | None = None) -> None:
+        self.meta, self._inputs, self._outputs, self.device, self._draw = meta, inputs, outputs, device, draw
+        self._drawn: tuple[str, list] | None = None
+        """The one set drawn again and still held (large inputs: one set on the host at a time)."""
+        self.reference: torch.nn.Module | None = None
+        """The reference, for answers computed again (set once it is on the device)."""
+        self.lean = False
+        """Poison less memory (an evaluation is tried again after the harness ran out of memory)."""
 
     @classmethod
     def load(cls, job: Job, task) -> Trials:
+        """Read the reference data and draw again the inputs that were not stored; on the host
+        only, when ``get_inputs()`` gives host tensors (``meta.inputs_on_host``)."""
         folder = Path(job.reference_dir)
         meta = read(folder)
         if meta is None:
             raise TaskProblem(f"the reference data in {folder} is missing or incomplete")
-        outputs = torch.load(folder / OUTPUTS, mmap=True, weights_only=True)
-        if meta.inputs_stored:
-            inputs = torch.load(folder / INPUTS, mmap=True, weights_only=True)
-        else:
-            inputs = {s.name: to_device(make_inputs(task, job, s.seed, s.distribution), "cpu") for s in meta.sets}
+        outputs = torch.load(folder / OUTPUTS, mmap=True, weights_only=True) if meta.answers_stored else None
+        if not meta.inputs_stored:
+            # Gigabytes per set: each is drawn when it is used, and only the last one is kept.
+            return cls(meta, None, outputs, job.settings.device, draw=lambda s: _drawn_again(job, task, s))
+        inputs = torch.load(folder / INPUTS, mmap=True, weights_only=True)
         for s in meta.sets:
             if checksum(inputs[s.name]) != s.checksum:
-                raise TaskProblem(f"get_inputs() under seed {s.seed} gave other inputs than when the reference's "
-                                  "answers were stored; make it depend on torch's seed only")
+                raise TaskProblem(f"the stored inputs of set {s.name} in {folder} are damaged; remove the folder")
         return cls(meta, inputs, outputs, job.settings.device)
 
     def inputs(self, name: str) -> list:
-        return to_device(self._inputs[name], self.device, copy=True)
+        """Set ``name`` as drawn, on the host: to copy from, never to hand to a model."""
+        if self._inputs is not None:
+            return self._inputs[name]
+        if self._drawn is None or self._drawn[0] != name:
+            self._drawn = None  # the previous set goes before the next is drawn
+            self._drawn = (name, self._draw(self.meta.input_set(name)))
+        return self._drawn[1]
 
-    def expected(self, name: str):
-        return to_device(self._outputs[name], self.device, copy=True)
+    def on_device(self, name: str) -> list:
+        """A fresh copy of set ``name`` on the device."""
+        return to_device(self.inputs(name), self.device, copy=True)
+
+    def expected(self, name: str, inputs: Sequence | None = None):
+        """The reference's answer to set ``name``, on the device: the stored one, or computed again
+        from ``inputs`` (the set's values on the device, already used by the candidate and known
+        unchanged) and checked against its recorded fingerprint."""
+        if self._outputs is not None:
+            return to_device(self._outputs[name], self.device, copy=True)
+        if self.reference is None or inputs is None:
+            raise RuntimeError(f"the answer to {name} is computed again, and needs the reference and the inputs")
+        with torch.no_grad():
+            out = self.reference(*inputs)
+            sync(self.device)
+        recorded = self.meta.input_set(name).answer_digest
+        if self.meta.answers_repeatable and recorded and digest(out) != recorded:
+            raise ReferenceChanged(f"[no-monkeypatch] the reference's answer to {name} is not the one recorded "
+                                   "before any candidate ran: the candidate changed the reference or what it calls")
+        return out
+
+    def poison_bytes(self) -> int:
+        """Memory to poison before each trial (``memory.poison_bytes``)."""
+        return poison_bytes(self.meta.footprint, None, lean=self.lean)
 
     def input_set(self, name: str) -> InputSet:
         return self.meta.input_set(name)

@@ -31,7 +31,12 @@ _FAILURES_IN_A_ROW = 2
 
 
 class WorkerFailed(Exception):
-    """Workers cannot get ready (the task, the reference data or the machine is the problem)."""
+    """Workers cannot get ready (the task, the reference data or the machine is the problem);
+    ``kind`` is the worker's own word for it (``task``, ``harness``: out of memory), if it said."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class WarmPool:
@@ -49,6 +54,7 @@ class WarmPool:
         self._closed = False
         self._failures = 0
         self._failure = ""
+        self._failure_kind = ""
         self.started = 0
         """Workers started so far (each for one candidate)."""
 
@@ -74,7 +80,7 @@ class WarmPool:
         with self._cond:
             while not self._ready:
                 if self._failure:
-                    raise WorkerFailed(self._failure)
+                    raise WorkerFailed(self._failure, self._failure_kind)
                 if self._closed or self._give_up():
                     raise GaveUp()
                 self._top_up()
@@ -106,7 +112,7 @@ class WarmPool:
 
     def _warm(self) -> None:
         worker: WorkerProcess | None = None
-        problem = ""
+        problem = kind = ""
         try:
             with self._gate.shared(give_up=self._give_up) if self._share_device else contextlib.nullcontext():
                 worker = self._start()
@@ -116,6 +122,7 @@ class WarmPool:
                     exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate")
             if worker.waiting_for != "candidate" and not (self._closed or self._give_up()):
                 run = worker.result(exceeded)
+                kind = run.reply.error_kind if run.reply is not None else ""
                 problem = (run.reply.error if run.reply is not None and run.reply.error else
                            f"it ran past {exceeded.seconds:g} s" if exceeded else f"{run.died()}\n{tail(run.log)}")
         except Exception as exc:  # e.g. no process could be started: say so to whoever waits
@@ -134,6 +141,7 @@ class WarmPool:
                     self._failures += 1
                     if self._failures >= _FAILURES_IN_A_ROW:
                         self._failure = f"an evaluation worker could not get ready: {problem.strip()}"
+                        self._failure_kind = kind
                     else:
                         self._top_up()
             self._cond.notify_all()
