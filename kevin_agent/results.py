@@ -351,6 +351,8 @@ class Confirmation(BaseModel):
     seed: int
     """Base seed of the fresh inputs (drawn for this confirmation; the run's seeds are far below it)."""
     device_name: str = ""
+    memory: MemoryUse | None = None
+    """The confirmation worker's peak memory, against the task's footprint."""
     key: str = ""
     """What was confirmed and how (the kernels' sources, the settings): a run that ends again with
     the same candidates and settings reuses this confirmation."""

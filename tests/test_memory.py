@@ -120,14 +120,18 @@ LARGE_TASK = TASK_SOURCE.replace("torch.randn(128, 512)", "torch.randn(1088, 655
 
 
 def test_inputs_too_large_to_store_are_drawn_per_set_and_answers_computed_again_within_the_plan(tmp_path):
-    evaluator = _evaluator(tmp_path, LARGE_TASK, op_audit=False, correctness_trials=2, timed_runs=3)
+    evaluator = _evaluator(tmp_path, LARGE_TASK, op_audit=False, correctness_trials=2, timed_runs=3, confirm_rounds=5)
     evaluator.probe()
     ref, fp = evaluator.reference, evaluator.footprint
     assert not ref.inputs_stored and not ref.answers_stored and ref.draw_s > 0
     assert fp.input_bytes == 1088 * 65536 * 4
     (result,) = evaluator.evaluate([runtime_source("honest_python")])
+    # The end-of-run confirmation holds its fresh sets the same way: drawn again, answers computed again.
+    confirmation = evaluator.confirm([runtime_source("honest_python")])
     evaluator.close()
     assert result.status.value == "correct", result.error
+    (confirmed,) = confirmation.kernels
+    assert confirmed.verified and confirmed.trials_passed == confirmed.trials > 0, confirmed.error
     use = result.memory
     assert use.planned_bytes == memory.planned(fp)
     # Six sets are drawn during the evaluation, on the host, which on cpu is the device: held one at a
@@ -137,3 +141,8 @@ def test_inputs_too_large_to_store_are_drawn_per_set_and_answers_computed_again_
     print(f"peak {use.peak_reserved_bytes / 2**20:.0f} MiB, plan {use.planned_bytes / 2**20:.0f} MiB, "
           f"footprint {fp.total / 2**20:.0f} MiB (reference peak {fp.peak_bytes / 2**20:.0f} MiB)")
     assert fp.input_bytes < use.peak_reserved_bytes <= use.planned_bytes + 4 * fp.input_bytes
+    # The confirmation also holds the timing set for its rounds: one set more than an evaluation. Every
+    # fresh set and its answer held at once (its first design) came to the plan plus eleven sets.
+    held = confirmation.memory
+    print(f"confirmation peak {held.peak_reserved_bytes / 2**20:.0f} MiB")
+    assert fp.input_bytes < held.peak_reserved_bytes <= held.planned_bytes + 5 * fp.input_bytes

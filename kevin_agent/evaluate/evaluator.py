@@ -36,7 +36,7 @@ from pathlib import Path
 from ..config import EvalSettings
 from ..errors import EnvironmentUnavailable, EvaluationOutOfMemory, KevinError, TaskError
 from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
-from ..results import Confirmation, Confirmed, EvalResult, Stage, Status
+from ..results import Confirmation, Confirmed, EvalResult, MemoryUse, Stage, Status
 from ..task import Task, TaskProbe
 from . import cache, confirm, memory, reference
 from .gate import DeviceGate, GaveUp, Holding
@@ -430,13 +430,14 @@ class LocalEvaluator:
         seed = confirm.fresh_seed(self.settings)
         verdicts: list[Confirmed | None] = [None] * len(sources)
         builds: list[_Build] = []
+        used: list[MemoryUse | None] = [None]
         try:
             for i, source in enumerate(sources):
                 builds.append(self._built(source, StageClock(), None))
                 if not builds[-1].ok:
                     verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
             while todo := [i for i, v in enumerate(verdicts) if v is None]:
-                got, error, named = self._confirm_in_worker([builds[i] for i in todo], seed)
+                got, error, named = self._confirm_in_worker([builds[i] for i in todo], seed, used)
                 if got is not None:
                     for i, verdict in zip(todo, got):
                         verdicts[i] = verdict
@@ -448,11 +449,12 @@ class LocalEvaluator:
         except GaveUp:
             pass
         kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
-        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name)
+        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name, memory=used[0])
 
-    def _confirm_in_worker(self, builds: list[_Build], seed: int) -> tuple[list[Confirmed] | None, str, int | None]:
-        """One confirmation worker for ``builds``: its verdicts, or why it ended without them and
-        the kernel it named last (None: no kernel, or none named)."""
+    def _confirm_in_worker(self, builds: list[_Build], seed: int,
+                           used: list[MemoryUse | None]) -> tuple[list[Confirmed] | None, str, int | None]:
+        """One confirmation worker for ``builds``: its verdicts (its peak memory into ``used``), or
+        why it ended without them and the kernel it named last (None: no kernel, or none named)."""
         timing = confirm.timing_limit(self.settings, self.reference, len(builds))
         job = {**self._job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
                "kernels": [Assignment(candidate_path=str(b.folder / "candidate.py"), build_dir=str(b.folder))
@@ -484,6 +486,7 @@ class LocalEvaluator:
         if self._aborted.is_set():
             raise GaveUp()
         if run.reply is not None and run.reply.confirmed is not None:
+            used[0] = run.reply.memory
             return run.reply.confirmed, "", None
         error = confirm.what_happened(run, exceeded)
         return None, error, int(named[0]) if named[0].isdigit() else None

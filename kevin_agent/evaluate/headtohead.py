@@ -39,15 +39,17 @@ import torch
 
 from ..results import Confirmed, Stage
 from .candidate import RuleBroken, check_integrity, check_trials, copy_parameters, device_name, physical_floor
+from . import meter
 from .candidate import recheck, versions
 from .correctness import Mismatch, Outcome, set_reference_tf32
+from .fingerprint import digest
 from .guards import Integrity
 from .jobs import Assignment, Job, WorkerReply
 from .plausibility import implausibility
 from .reference import input_plan, read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task
 from .timing import Runs, Timer, hidden_work, hidden_work_refusal, stats
-from .trials import Trials, draw_set
+from .trials import Trials, draw_set, drawn_again
 
 MIN_ROUNDS = 20
 CHECK_EVERY = 10
@@ -132,19 +134,31 @@ class Confirming:
         self.task = import_task(job)
         if self.device == "cuda":
             torch.cuda.init()
+        meter.start(self.device)
         set_reference_tf32(self.s.reference_tf32)
         self.ref = build_reference(self.task, job)
         meta = read(Path(job.reference_dir))
         if meta is None:
             raise TaskProblem(f"the reference data in {job.reference_dir} is missing or incomplete")
+        # Sets are held as the run's workers hold them: where the run drew its inputs again per
+        # set, or computed its answers again, so does the confirmation, and the host keeps one
+        # set at a time (each drawn here once for its checksum and its answer's fingerprint).
+        keep_inputs, keep_answers = meta.inputs_stored, meta.answers_stored
         sets, inputs, outputs = [], {}, {}
         for name, seed, dist, answered in input_plan(self.s.model_copy(update={"seed": job.seed})):
             entry, values, answer = draw_set(job, self.task, self.ref, name, seed, dist, answered)
+            if answer is not None and not keep_answers:
+                entry = entry.model_copy(update={"answer_digest": digest(answer)})
             sets.append(entry)
-            inputs[name] = [v.cpu() if isinstance(v, torch.Tensor) else v for v in values]
-            if answer is not None:
+            if keep_inputs:
+                inputs[name] = [v.cpu() if isinstance(v, torch.Tensor) else v for v in values]
+            if answer is not None and keep_answers:
                 outputs[name] = answer
-        self.trials = Trials(meta.model_copy(update={"sets": sets}), inputs, outputs, self.device)
+            del values, answer
+        self.trials = Trials(meta.model_copy(update={"sets": sets}), inputs if keep_inputs else None,
+                             outputs if keep_answers else None, self.device,
+                             draw=None if keep_inputs else lambda entry: drawn_again(job, self.task, entry))
+        self.trials.reference = self.ref
         self.compiled, self.compile_error = None, ""
         if self.s.compare_compile:
             try:
@@ -198,11 +212,16 @@ class Confirming:
     def time(self) -> tuple[Timed, Timed | None, float]:
         self.request("timing")  # returns once the device is this worker's alone
         self.stage(Stage.TIMING)
+        # One copy of the timing inputs for everything timed, as a run worker times its candidate and
+        # the reference on one copy: five copies of a 6 GB input would not fit beside a model
+        # holding most of the GPU. Inputs are checked unchanged, and each kernel's re-check writes
+        # values it has never seen into this copy, so an answer cached by address still goes stale.
+        timing = self.trials.on_device("timing")
         for kernel in self.kernels:
             if kernel.alive:
-                kernel.timed = Timed(str(kernel.index), kernel.model, self.trials.on_device("timing"), kernel)
-        reference = Timed("-", self.ref, self.trials.on_device("timing"))
-        compiled = Timed("-", self.compiled, self.trials.on_device("timing")) if self.compiled is not None else None
+                kernel.timed = Timed(str(kernel.index), kernel.model, timing, kernel)
+        reference = Timed("-", self.ref, timing)
+        compiled = Timed("-", self.compiled, timing) if self.compiled is not None else None
         entries = [k.timed for k in self.kernels if k.alive] + [reference] + ([compiled] if compiled else [])
         self.mark("-")
         overhead_ms = self.timer.sync_overhead_ms(self.s.timed_runs)
@@ -294,4 +313,4 @@ def do_confirm(job: Job, parent) -> WorkerReply:
         return WorkerReply(ok=False, error_kind="runtime", error=str(exc))
     parent.stage(Stage.DONE)
     return WorkerReply(ok=True, confirmed=verdicts, device_name=device_name(job.settings.device),
-                       versions=versions())
+                       versions=versions(), memory=meter.use(job.settings.device, confirming.trials.meta.footprint))

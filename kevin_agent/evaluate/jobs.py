@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..config import EvalSettings
-from ..results import Confirmed, EvalResult
+from ..results import Confirmed, EvalResult, MemoryUse
 from ..task import TaskProbe
 from .memory import Footprint
 
@@ -66,6 +66,8 @@ class WorkerReply(BaseModel):
     """Run mode: the result as far as the worker knows it (no compile fields)."""
     confirmed: list[Confirmed] | None = None
     """Confirm mode: one verdict per kernel, in order."""
+    memory: MemoryUse | None = None
+    """Confirm mode: the worker's peak memory from its first fresh set to its last verdict."""
     probe: TaskProbe | None = None
     device_name: str = ""
     versions: dict[str, str] = Field(default_factory=dict)

@@ -160,7 +160,7 @@ def _transfer_bytes_per_s(values: list, device: str) -> float:
     return nbytes / max(seconds, 1e-6)
 
 
-def _drawn_again(job: Job, task, s: InputSet) -> list:
+def drawn_again(job: Job, task, s: InputSet) -> list:
     values = to_device(make_inputs(task, job, s.seed, s.distribution), "cpu")
     if checksum(values) != s.checksum:
         raise TaskProblem(f"get_inputs() under seed {s.seed} gave other inputs than when the reference's "
@@ -199,7 +199,7 @@ class Trials:
         outputs = torch.load(folder / OUTPUTS, mmap=True, weights_only=True) if meta.answers_stored else None
         if not meta.inputs_stored:
             # Gigabytes per set: each is drawn when it is used, and only the last one is kept.
-            return cls(meta, None, outputs, job.settings.device, draw=lambda s: _drawn_again(job, task, s))
+            return cls(meta, None, outputs, job.settings.device, draw=lambda s: drawn_again(job, task, s))
         inputs = torch.load(folder / INPUTS, mmap=True, weights_only=True)
         for s in meta.sets:
             if checksum(inputs[s.name]) != s.checksum:
