@@ -171,7 +171,9 @@ def test_a_hang_is_killed_at_the_limit_derived_from_the_reference(scale_task, tm
     calls, per_call_ms = re.search(r"stage_floor_s 3 s \+ stage_time_factor 50 x (\d+) calls x ([\d.e+-]+) ms, "
                                    "the reference's own time per call", hang.error).groups()
     assert limit == pytest.approx(3.0 + 50 * int(calls) * float(per_call_ms) / 1e3, rel=0.01)
-    assert limit < 30, hang.error  # seconds, not run_timeout_s
+    # Derived from the reference, not run_timeout_s (300 s). A few seconds on a quiet machine; the
+    # reference's own time, and so the limit, grows with the machine's load.
+    assert limit < 150, hang.error
     spent = getattr(hang.stage_s, stage.value)
     assert limit <= spent < limit + 3.0, (spent, hang.stage_s)
     # The next candidate did not wait for run_timeout_s: it is correct, and quick.
