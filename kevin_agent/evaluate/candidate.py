@@ -166,10 +166,11 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
 
 
 def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome, poison: int,
-            timer: Timer) -> tuple[list, object]:
+            timer: Timer) -> int:
     """The re-check after timing: new values written into the very tensors the candidate was
     timed on (an answer cached by address goes stale), then one more ordinary trial. Raises
-    ``Mismatch``; returns the new inputs and the output computed from them."""
+    ``Mismatch``; returns the bytes one call reads and writes (its inputs and output), for the
+    physical floor."""
     s, device = settings, settings.device
     fresh = trials.inputs("recheck")
     with torch.no_grad():
@@ -185,18 +186,19 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
             check_no_alias(got, timed_inputs)
             want = trials.expected("recheck", timed_inputs)
         compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
-        del want  # the next trial's copies take its place
+        moved = nbytes_of(fresh) + nbytes_of([got])
+        del got, want  # the next trial's copies take their place, beside the timing inputs still held
         run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
                   atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome, poison_bytes=poison)
     except Mismatch as exc:
         raise Mismatch(f"re-check after timing failed: {exc}") from None
-    return fresh, got
+    return moved
 
 
-def physical_floor(settings: EvalSettings, trials: Trials, inputs: list, output) -> RuntimeFloor:
-    """The least time a call on ``inputs`` giving ``output`` can take (``plausibility``). The
-    bandwidth was measured by the reference worker, with the device to itself."""
-    return runtime_floor(nbytes_of(inputs) + nbytes_of([output]),
+def physical_floor(settings: EvalSettings, trials: Trials, moved_bytes: int) -> RuntimeFloor:
+    """The least time a call that reads and writes ``moved_bytes`` can take (``plausibility``).
+    The bandwidth was measured by the reference worker, with the device to itself."""
+    return runtime_floor(moved_bytes,
                          bandwidth(trials.meta.bandwidth_bytes_per_ms, settings.bandwidth_gb_s),
                          device=settings.device)
 
@@ -225,11 +227,11 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
         flags.append(f"torch.compile of the reference failed, not compared: {trials.meta.compile_error}")
-    fresh, got = recheck(s, trials, cand, timing_inputs, outcome, poison, timer)
+    moved = recheck(s, trials, cand, timing_inputs, outcome, poison, timer)
 
     speedup = reference.median_ms / max(runtime.median_ms, 1e-9)
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
-    floor = physical_floor(s, trials, fresh, got)
+    floor = physical_floor(s, trials, moved)
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
         flags.append(flag)
     graph = None

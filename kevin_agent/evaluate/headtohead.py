@@ -266,8 +266,8 @@ class Confirming:
         sync_check = hidden_work(Runs(timed.stream_ms, timed.synced_ms), overhead_ms) if self.device == "cuda" else None
         if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
             raise RuleBroken(refusal)
-        fresh, got = recheck(self.s, self.trials, kernel.model, timed.args, kernel.outcome, kernel.poison, self.timer)
-        floor = physical_floor(self.s, self.trials, fresh, got)
+        moved = recheck(self.s, self.trials, kernel.model, timed.args, kernel.outcome, kernel.poison, self.timer)
+        floor = physical_floor(self.s, self.trials, moved)
         flags = []
         if self.s.compare_compile and compiled is None:
             flags.append(f"torch.compile of the reference failed, not compared: {self.compile_error}")
