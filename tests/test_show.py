@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kevin_agent.cli import main
 from kevin_agent.formatting import stage_times
-from kevin_agent.results import BestKernel, StageTimes, Status, TurnRecord
+from kevin_agent.results import StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 
-from .tui_support import build_store, correct_eval, fixed_info, fixed_records
+from .tui_support import beam_run, build_store, correct_eval, fixed_info, fixed_records
 
 RUN_ID = "20250101-120000-affine-0001"
 
@@ -61,16 +61,7 @@ def test_show_turn_prints_the_error_and_the_stage_times(tmp_path, capsys):
 def test_show_run_draws_which_turn_continued_which(tmp_path, capsys):
     """A beam run: each line says where a turn came from, and the tree marks the winner's path."""
     root = tmp_path / "runs"
-    records = fixed_records()  # t0: turns 1-3, t1: turns 1-3
-    by_key = {(r.trajectory, r.turn): r for r in records}
-    by_key[(1, 2)] = by_key[(1, 2)].model_copy(update={"parent_trajectory": 0})
-    by_key[(1, 3)] = by_key[(1, 3)].model_copy(update={"parent_trajectory": 1})
-    by_key[(0, 3)] = by_key[(0, 3)].model_copy(update={"parent_trajectory": 0})
-    best = BestKernel(trajectory=0, turn=3, speedup=2.0, kernel_path="kernels/t0_turn3.py")
-    store = RunStore.create(root, fixed_info(RUN_ID, status="completed", created_at="2025-01-01T12:00:00+00:00",
-                                             best=best))
-    for rec in by_key.values():
-        store.append(rec)
+    beam_run(root, RUN_ID, {(1, 2): 0, (1, 3): 1, (0, 3): 0})  # t0: turns 1-3, t1: turns 1-3
     out = show(capsys, RUN_ID, "--run-dir", str(root))
     assert "  [t1 turn 2] (from t0 turn 1) compile_error" in out
     tree = out.split("* marks the winner's path):\n")[1].splitlines()

@@ -21,7 +21,7 @@ from kevin_agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from kevin_agent.results import BestKernel, Stage, StageTimes, Status, TurnRecord
+from kevin_agent.results import Stage, StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.format import MARKS
@@ -32,6 +32,7 @@ from kevin_agent.tui.screens.run import RunScreen
 from kevin_agent.tui.widgets import CodePane, CodeView, FeedbackView, ModelOutput, TurnList
 
 from .tui_support import (
+    beam_run,
     build_store,
     correct_eval,
     fixed_info,
@@ -412,13 +413,7 @@ async def test_resume_is_offered_only_for_a_run_nobody_runs_that_is_unfinished(t
 async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):
     """`l` shows which turn continued which: the winner's path starred, the selected turn bracketed."""
     root = tmp_path / "runs"
-    records = {(r.trajectory, r.turn): r for r in fixed_records()}
-    records[(1, 2)] = records[(1, 2)].model_copy(update={"parent_trajectory": 0})
-    best = BestKernel(trajectory=0, turn=3, speedup=2.0, kernel_path="kernels/t0_turn3.py")
-    store = RunStore.create(root, fixed_info(RUN_ID, status="completed", created_at="2025-01-01T12:00:00+00:00",
-                                             best=best))
-    for rec in records.values():
-        store.append(rec)
+    beam_run(root, RUN_ID, {(1, 2): 0})
     app = KevinApp(runs_root=root)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("enter")

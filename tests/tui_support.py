@@ -114,6 +114,19 @@ def fixed_info(run_id: str, *, status: str, created_at: str, turns: int = 3, bes
     )
 
 
+def beam_run(root: Path, run_id: str, parents: dict[tuple[int, int], int]) -> None:
+    """A finished run of the fixed records (best: t0 turn 3) in which turn (t, n) continued
+    trajectory ``parents[(t, n)]``'s turn n - 1."""
+    records = {(r.trajectory, r.turn): r for r in fixed_records()}
+    for key, parent in parents.items():
+        records[key] = records[key].model_copy(update={"parent_trajectory": parent})
+    best = BestKernel(trajectory=0, turn=3, speedup=2.0, kernel_path="kernels/t0_turn3.py")
+    store = RunStore.create(root, fixed_info(run_id, status="completed", created_at="2025-01-01T12:00:00+00:00",
+                                             best=best))
+    for rec in records.values():
+        store.append(rec)
+
+
 def build_store(root: Path) -> Path:
     """A runs root with one finished run (all fixed records) and one interrupted run."""
     records = fixed_records()
