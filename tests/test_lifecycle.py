@@ -108,9 +108,10 @@ FORKING_HOLDER = textwrap.dedent("""
     lock = RunLock.acquire(Path(sys.argv[1]))
     child = os.fork()
     if child == 0:
+        # The child names itself: by then the fork hooks that drop its copy of the lock have run.
+        print(os.getpid(), flush=True)
         time.sleep(60)
         os._exit(0)
-    print(child, flush=True)
     time.sleep(600)
 """)
 
