@@ -57,7 +57,7 @@ def run(device: str, limit: int | None, jobs: int, root: Path) -> dict:
     warm_s, warm_ok = warm(root / "fast", device)
     print(f"\n{device}: one-time warm-up (precompiled header, light header): {warm_s:.1f} s"
           f"{'' if warm_ok else ' (FAILED: see ' + str(root / 'fast' / 'warm' / 'warm.log') + ')'}", flush=True)
-    print(f"| kernel | plain s | kevin-opt s | ratio | built | kevin-opt path |\n|---|---|---|---|---|---|", flush=True)
+    print("| kernel | plain s | kevin-opt s | ratio | built | kevin-opt path |\n|---|---|---|---|---|---|", flush=True)
     def measure(item: tuple[int, tuple[str, str]]) -> dict:
         i, (label, source) = item
         plain_s, plain_ok = build_plain(source, root / "plain" / f"k{i}", device)

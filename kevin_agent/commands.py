@@ -13,7 +13,7 @@ from .errors import ExitCode, KevinError, UsageError
 from .formatting import best_words, confirmed_line, fmt_memory, fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
-from .results import Status, TurnRecord
+from .results import Status
 from .lineage import tree_lines
 from .store import RunStore, default_runs_root, effective_status, list_runs
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .confirmation import Winner, current, winner
-from .formatting import confirmed_line, fmt_confirmed, fmt_memory, fmt_tolerance
+from .formatting import confirmed_line, fmt_memory, fmt_tolerance
 from .lineage import outcome, path_to, tree_lines
 from .results import Confirmation, EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 

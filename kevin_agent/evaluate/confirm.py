@@ -1,7 +1,8 @@
-"""The parent's side of a confirmation (``headtohead`` is the worker's): the fresh seed, the time
-limit of the head-to-head timing, and the words for a kernel that took the worker down.
+"""The parent's side of a confirmation (``headtohead`` is the worker's): ``Confirming.confirm``
+(the evaluator's ``confirm``), the fresh seed, the time limit of the head-to-head timing, and the
+words for a kernel that took the worker down.
 
-``LocalEvaluator.confirm`` builds the kernels (cache hits: the run built them), runs them all in
+``confirm`` builds the kernels (cache hits: the run built them), runs them all in
 one worker that shares the device while it checks and has it alone while it times, and follows
 the ``kernel <i>`` lines the worker writes: a crash, a hang or a rebinding of the harness is the
 last named kernel's, which is dropped with the reason; the others are confirmed again without it.
@@ -10,10 +11,21 @@ last named kernel's, which is dropped with the reason; the others are confirmed 
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import EvalSettings
-from .pool import Limit, WorkerRun
+from ..results import Confirmation, Confirmed, MemoryUse
+from .gate import DeviceGate, GaveUp, Holding
+from .jobs import INTERRUPTED, KERNEL, Assignment
+from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet
 from .reference import ReferenceData, stage_limit
+from .warm import WarmPool
+
+if TYPE_CHECKING:
+    from .evaluator import _Build
 
 FRESH_OFFSET = 1_000_000
 """The fresh seeds start this far above the run's seed (the run's sets use seed + 0 .. seed + 1001 + trials)."""
@@ -50,3 +62,94 @@ def what_happened(run: WorkerRun, limit: Limit | None) -> str:
     if run.reply is not None and run.reply.error:
         return run.reply.error
     return f"{run.died()} during {stage}"
+
+
+class Confirming:
+    """``LocalEvaluator.confirm``: the second look at the run's best kernels. A part of the
+    evaluator, kept here beside its helpers; it uses the evaluator's builds, gate and workers."""
+
+    settings: EvalSettings
+    reference: ReferenceData | None
+    device_name: str
+    gate: DeviceGate
+    pool: WarmPool
+    scratch: Path
+    _aborted: threading.Event
+    _workers: WorkerSet
+
+    # The evaluator's own, in evaluator.py.
+    _ensure_probed: Callable[[], None]
+    _built: Callable[..., _Build]
+    _job: Callable[..., dict]
+    _env: Callable[[Path | None], dict[str, str]]
+    _limit: Callable[[str], Limit]
+    _answer: Callable[[Holding], Callable[[str], dict]]
+
+    def confirm(self, sources: Sequence[str]) -> Confirmation:
+        """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
+        all in one worker (``headtohead``): one verdict per source, in order. A kernel that takes
+        the worker down is dropped with the reason, and the others are confirmed again without it."""
+        self._ensure_probed()
+        seed = fresh_seed(self.settings)
+        verdicts: list[Confirmed | None] = [None] * len(sources)
+        builds: list[_Build] = []
+        used: list[MemoryUse | None] = [None]
+        try:
+            for i, source in enumerate(sources):
+                builds.append(self._built(source, StageClock(), None))
+                if not builds[-1].ok:
+                    verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
+            while todo := [i for i, v in enumerate(verdicts) if v is None]:
+                got, error, named = self._confirm_in_worker([builds[i] for i in todo], seed, used)
+                if got is not None:
+                    for i, verdict in zip(todo, got):
+                        verdicts[i] = verdict
+                elif named is None:
+                    for i in todo:
+                        verdicts[i] = Confirmed(error=f"the confirmation failed: {error}")
+                else:
+                    verdicts[todo[named]] = Confirmed(error=error)
+        except GaveUp:
+            pass
+        kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
+        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name, memory=used[0])
+
+    def _confirm_in_worker(self, builds: list[_Build], seed: int,
+                           used: list[MemoryUse | None]) -> tuple[list[Confirmed] | None, str, int | None]:
+        """One confirmation worker for ``builds``: its verdicts (its peak memory into ``used``), or
+        why it ended without them and the kernel it named last (None: no kernel, or none named)."""
+        timing = timing_limit(self.settings, self.reference, len(builds))
+        job = {**self._job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
+               "kernels": [Assignment(candidate_path=str(b.folder / "candidate.py"), build_dir=str(b.folder))
+                           for b in builds]}
+        named = [""]
+
+        def on_line(line: str) -> None:
+            if line.startswith(KERNEL):
+                named[0] = line[len(KERNEL):]
+
+        def limit(phase: str) -> Limit:
+            if phase == "timing":
+                return timing
+            return self._limit(phase) if phase in ("load", "correctness") else self.pool.prep_limit
+
+        if self._aborted.is_set():
+            raise GaveUp()
+        worker = WorkerProcess(job, env=self._env(self.scratch / "extensions"), root=self.scratch)
+        self._workers.add(worker)
+        holding = Holding(self.gate, lambda: self._aborted.is_set() or not worker.alive())
+        try:
+            holding.share()
+            exceeded = worker.follow(limit=limit, answer=self._answer(holding), on_line=on_line)
+            run = worker.result(exceeded)
+        finally:
+            holding.release()
+            worker.remove()
+            self._workers.discard(worker)
+        if self._aborted.is_set():
+            raise GaveUp()
+        if run.reply is not None and run.reply.confirmed is not None:
+            used[0] = run.reply.memory
+            return run.reply.confirmed, "", None
+        error = what_happened(run, exceeded)
+        return None, error, int(named[0]) if named[0].isdigit() else None

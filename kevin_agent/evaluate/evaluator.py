@@ -36,19 +36,17 @@ from pathlib import Path
 from ..config import EvalSettings
 from ..errors import EnvironmentUnavailable, EvaluationOutOfMemory, KevinError, TaskError
 from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
-from ..results import Confirmation, Confirmed, EvalResult, MemoryUse, Stage, Status
+from ..results import EvalResult, Stage, Status
 from ..task import Task, TaskProbe
-from . import cache, confirm, memory, reference
+from . import cache, memory, reference
+from .confirm import Confirming
 from .gate import DeviceGate, GaveUp, Holding
-from .jobs import KERNEL, Assignment
+from .jobs import INTERRUPTED, Assignment
 from .logs import tail, trim_compile_error
 from .memory import Footprint
 from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
 from .warm import WarmPool, WorkerFailed
-
-INTERRUPTED = "the run was interrupted"
-
 
 @dataclass
 class _Build:
@@ -61,7 +59,7 @@ class _Build:
     status: Status = Status.COMPILE_ERROR
 
 
-class LocalEvaluator:
+class LocalEvaluator(Confirming):
     """Evaluates candidates for one task on this machine (implements ``protocols.Evaluator``)."""
 
     def __init__(self, task: Task, settings: EvalSettings) -> None:
@@ -420,76 +418,6 @@ class LocalEvaluator:
         futures = [self.submit(src, on_stage=(lambda st, i=i: on_stage(i, st)) if on_stage else None)
                    for i, src in enumerate(sources)]
         return [f.result() for f in futures]
-
-    # --- confirmation -----------------------------------------------------------------------
-    def confirm(self, sources: Sequence[str]) -> Confirmation:
-        """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
-        all in one worker (``headtohead``): one verdict per source, in order. A kernel that takes
-        the worker down is dropped with the reason, and the others are confirmed again without it."""
-        self._ensure_probed()
-        seed = confirm.fresh_seed(self.settings)
-        verdicts: list[Confirmed | None] = [None] * len(sources)
-        builds: list[_Build] = []
-        used: list[MemoryUse | None] = [None]
-        try:
-            for i, source in enumerate(sources):
-                builds.append(self._built(source, StageClock(), None))
-                if not builds[-1].ok:
-                    verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
-            while todo := [i for i, v in enumerate(verdicts) if v is None]:
-                got, error, named = self._confirm_in_worker([builds[i] for i in todo], seed, used)
-                if got is not None:
-                    for i, verdict in zip(todo, got):
-                        verdicts[i] = verdict
-                elif named is None:
-                    for i in todo:
-                        verdicts[i] = Confirmed(error=f"the confirmation failed: {error}")
-                else:
-                    verdicts[todo[named]] = Confirmed(error=error)
-        except GaveUp:
-            pass
-        kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
-        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name, memory=used[0])
-
-    def _confirm_in_worker(self, builds: list[_Build], seed: int,
-                           used: list[MemoryUse | None]) -> tuple[list[Confirmed] | None, str, int | None]:
-        """One confirmation worker for ``builds``: its verdicts (its peak memory into ``used``), or
-        why it ended without them and the kernel it named last (None: no kernel, or none named)."""
-        timing = confirm.timing_limit(self.settings, self.reference, len(builds))
-        job = {**self._job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
-               "kernels": [Assignment(candidate_path=str(b.folder / "candidate.py"), build_dir=str(b.folder))
-                           for b in builds]}
-        named = [""]
-
-        def on_line(line: str) -> None:
-            if line.startswith(KERNEL):
-                named[0] = line[len(KERNEL):]
-
-        def limit(phase: str) -> Limit:
-            if phase == "timing":
-                return timing
-            return self._limit(phase) if phase in ("load", "correctness") else self.pool.prep_limit
-
-        if self._aborted.is_set():
-            raise GaveUp()
-        worker = WorkerProcess(job, env=self._env(self.scratch / "extensions"), root=self.scratch)
-        self._workers.add(worker)
-        holding = Holding(self.gate, lambda: self._aborted.is_set() or not worker.alive())
-        try:
-            holding.share()
-            exceeded = worker.follow(limit=limit, answer=self._answer(holding), on_line=on_line)
-            run = worker.result(exceeded)
-        finally:
-            holding.release()
-            worker.remove()
-            self._workers.discard(worker)
-        if self._aborted.is_set():
-            raise GaveUp()
-        if run.reply is not None and run.reply.confirmed is not None:
-            used[0] = run.reply.memory
-            return run.reply.confirmed, "", None
-        error = confirm.what_happened(run, exceeded)
-        return None, error, int(named[0]) if named[0].isdigit() else None
 
     def abort(self) -> None:
         """Kill every worker and compiler now, the waiting ones too; pending results resolve as

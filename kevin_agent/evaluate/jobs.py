@@ -23,6 +23,8 @@ WANT = "want "
 """Prefix of a worker's request line: ``want candidate``, ``want timing``."""
 KERNEL = "kernel "
 """Prefix of a confirmation worker's line naming the kernel whose code runs next."""
+INTERRUPTED = "the run was interrupted"
+"""The error of a candidate (or a confirmed kernel) whose evaluation the run's end cut short."""
 
 
 class Assignment(BaseModel):
