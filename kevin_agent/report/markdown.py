@@ -1,29 +1,16 @@
-"""The benchmark report of a run: markdown for people, JSON for tools, a PNG chart.
-
-Everything here reads the records as stored (``RunInfo`` and ``TurnRecord``), so the report
-of a finished run can be rebuilt at any time from its run directory. The best kernel and its
-numbers are the confirmation's (``confirmation.winner``) where the run's best kernels were
-confirmed; the per-turn numbers stay each turn's own.
-"""
+"""The report as markdown: the best kernel with its evidence, the confirmation, the winner's
+path, every turn, the evaluation time and the flags."""
 
 from __future__ import annotations
 
-import json
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from .confirmation import Winner, current, winner
-from .formatting import confirmed_line, fmt_memory, fmt_tolerance
-from .lineage import outcome, path_to, tree_lines
-from .results import Confirmation, EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord
-
-REPORT_FORMAT = 3
-"""Version of the JSON report layout; bumped when a field changes meaning (2: cuda times are GPU
-time on the stream, no longer up to a device-wide synchronisation; 3: the best kernel's speedup
-and timings are its confirmation's, its turn's own speedup is ``run_speedup``)."""
+from ..confirmation import Winner, current, winner
+from ..formatting import confirmed_line, fmt_memory, fmt_tolerance
+from ..lineage import outcome, path_to, tree_lines
+from ..results import Confirmation, EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord
+from .data import stage_totals
 
 STATUS_LABELS = {
     Status.PARSE_ERROR: "parse error",
@@ -37,133 +24,6 @@ STATUS_LABELS = {
 }
 
 
-# BaseModel has a deprecated ``json()`` method; the field named json deliberately replaces it.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message='Field name "json"', category=UserWarning)
-
-    class ReportPaths(BaseModel):
-        markdown: Path
-        json: Path
-        chart: Path
-
-
-
-def report_stem_paths(out_dir: Path, stem: str) -> ReportPaths:
-    base = out_dir / f"{stem}_kevin_report"
-    return ReportPaths(markdown=base.with_suffix(".md"), json=base.with_suffix(".json"), chart=base.with_suffix(".png"))
-
-
-# --- data --------------------------------------------------------------------------------
-def _timing(stats: TimingStats | None) -> dict | None:
-    return stats.model_dump() if stats is not None else None
-
-
-def _turn_data(rec: TurnRecord) -> dict:
-    ev = rec.eval
-    return {
-        "trajectory": rec.trajectory,
-        "turn": rec.turn,
-        "status": rec.status.value,
-        "speedup": rec.speedup,
-        "speedup_vs_compile": ev.speedup_vs_compile if ev is not None and rec.correct else None,
-        "runtime_median_ms": ev.runtime.median_ms if ev is not None and ev.runtime is not None else None,
-        "feedback": rec.feedback,
-        "flags": list(ev.flags) if ev is not None else [],
-        "implausible": ev.implausible if ev is not None else False,
-        "kernel_path": rec.kernel_path,
-    }
-
-
-def _correctness(ev: EvalResult) -> dict:
-    return {
-        "trials": ev.trials,
-        "trials_passed": ev.trials_passed,
-        "max_abs_err": ev.max_abs_err,
-        "max_rel_err": ev.max_rel_err,
-        "atol": ev.atol,
-        "rtol": ev.rtol,
-        "tolerance": ev.tolerance,
-        "reference_tf32": ev.reference_tf32,
-    }
-
-
-def stage_totals(records: Sequence[TurnRecord]) -> dict | None:
-    """Seconds of evaluation per stage, summed over the turns that recorded them (None: none did)."""
-    timed = [r.eval.stage_s for r in records if r.eval is not None and r.eval.stage_s is not None]
-    if not timed:
-        return None
-    totals = {name: round(sum(getattr(t, name) for t in timed), 3) for name in StageTimes.model_fields}
-    return {**totals, "evaluations": len(timed)}
-
-
-def _confirmation_data(confirmation: Confirmation | None) -> dict | None:
-    if confirmation is None:
-        return None
-    return {"seed": confirmation.seed, "created_at": confirmation.created_at,
-            "kernels": [k.model_dump(mode="json") for k in confirmation.kernels]}
-
-
-def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> dict:
-    """What goes into ``<stem>_kevin_report.json``."""
-    best = winner(info, records)
-    best_data = None
-    if best is not None and best.record.eval is not None:
-        ev, confirmed = best.record.eval, best.confirmed
-        times = confirmed if confirmed is not None else ev
-        best_data = {
-            "trajectory": best.trajectory,
-            "turn": best.turn,
-            "speedup": best.speedup,
-            "speedup_vs_compile": best.speedup_vs_compile,
-            "run_speedup": ev.speedup,
-            "confirmation": best.headline.model_dump() if best.headline is not None else None,
-            "timings": {
-                "kernel": _timing(times.runtime),
-                "eager": _timing(times.reference),
-                "torch_compile": _timing(times.compiled_reference),
-            },
-            "cuda_graph": ev.graph.model_dump() if ev.graph is not None else None,
-            "memory": ev.memory.model_dump() if ev.memory is not None else None,
-            "sync_check": ev.sync.model_dump() if ev.sync is not None else None,
-            "floor": (confirmed or ev).floor.model_dump() if (confirmed or ev).floor is not None else None,
-            "implausible": best.flag is not None,
-            "correctness": _correctness(ev),
-            "flags": list(dict.fromkeys(ev.flags + (confirmed.flags if confirmed else []))),
-            "device_name": ev.device_name,
-            "kernel_path": best.record.kernel_path,
-        }
-    counts: dict[str, int] = {}
-    for rec in records:
-        counts[rec.status.value] = counts.get(rec.status.value, 0) + 1
-    return {
-        "format": REPORT_FORMAT,
-        "run_id": info.run_id,
-        "status": info.status,
-        "created_at": info.created_at,
-        # File name only: the report is committed, the person's absolute paths are not.
-        "task": {"file": Path(info.task.path).name, "name": info.task.name,
-                 "class_name": info.task.class_name, "digest": info.task.digest},
-        "device": info.device,
-        "device_name": info.device_name,
-        "versions": dict(info.versions),
-        "backend": info.backend,
-        "model": info.model,
-        "turns": info.turns,
-        "trajectories": info.trajectories,
-        "status_counts": counts,
-        "best": best_data,
-        "confirmation": _confirmation_data(current(info, records)),
-        "flags": [
-            {"trajectory": r.trajectory, "turn": r.turn, "flag": flag}
-            for r in records if r.eval is not None for flag in r.eval.flags
-        ],
-        "records": [_turn_data(r) for r in sorted(records, key=lambda r: (r.trajectory, r.turn))],
-        "stage_totals_s": stage_totals(records),
-        "commit": info.commit,
-    }
-
-
-# --- markdown ----------------------------------------------------------------------------
 def _cell(rec: TurnRecord | None, best: TurnRecord | None) -> str:
     if rec is None:
         return "-"
@@ -388,55 +248,3 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         lines.append("None raised.")
     lines.append("")
     return "\n".join(lines)
-
-
-# --- chart -------------------------------------------------------------------------------
-def plot_speedups(info: RunInfo, records: Sequence[TurnRecord], path: Path) -> None:
-    """Speedup over turns, one line per trajectory; failed turns sit at 0, marked with x."""
-    # The object API with the Agg canvas leaves pyplot's global state (and backend) alone.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 4.5), dpi=120)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    best = winner(info, records)
-    for trajectory in sorted({r.trajectory for r in records}):
-        recs = sorted((r for r in records if r.trajectory == trajectory), key=lambda r: r.turn)
-        ok = [r.correct and r.speedup is not None for r in recs]
-        ys = [r.speedup if good else 0.0 for r, good in zip(recs, ok)]
-        (line,) = ax.plot([r.turn for r in recs], ys, linewidth=1.5, label=f"trajectory {trajectory}")
-        for good, marker in ((True, "o"), (False, "x")):
-            points = [(r.turn, y) for r, y, g in zip(recs, ys, ok) if g is good]
-            if points:
-                ax.scatter(*zip(*points), marker=marker, s=40 if good else 60, color=line.get_color(),
-                           zorder=3, clip_on=False)
-    if best is not None:
-        confirmed = " confirmed" if best.confirmed is not None else ""
-        ax.scatter([best.turn], [best.record.speedup], marker="*", s=260, color="gold", edgecolors="black",
-                   zorder=4, label=f"best: {best.speedup:.2f}x{confirmed} (trajectory {best.trajectory})")
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1.0x (eager)")
-    ax.set_xlabel("turn")
-    ax.set_ylabel("speedup vs eager (x = not correct)")
-    ax.set_title("Speedup over turns")
-    if records:
-        ax.set_xticks(sorted({r.turn for r in records}))
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best", ncol=1 + len({r.trajectory for r in records}) // 8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-
-
-def write_report(info: RunInfo, records: Sequence[TurnRecord], out_dir: Path, stem: str) -> ReportPaths:
-    """Write ``<stem>_kevin_report.md``, ``.json`` and ``.png`` into ``out_dir``."""
-    return write_report_files(info, records, report_stem_paths(out_dir, stem))
-
-
-def write_report_files(info: RunInfo, records: Sequence[TurnRecord], paths: ReportPaths) -> ReportPaths:
-    paths.markdown.parent.mkdir(parents=True, exist_ok=True)
-    plot_speedups(info, records, paths.chart)
-    paths.markdown.write_text(render_markdown(info, records, paths.chart.name), encoding="utf-8")
-    paths.json.write_text(json.dumps(build_report_data(info, records), indent=2) + "\n", encoding="utf-8")
-    return paths
