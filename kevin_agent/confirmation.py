@@ -19,7 +19,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .results import Confirmation, Confirmed, ConfirmedSpeedup, RunInfo, TurnRecord, best_record
+from .results import (Confirmation, Confirmed, ConfirmedSpeedup, RunInfo, TurnRecord, best_record,
+                      implausible_flag)
 
 
 def candidates(records: Sequence[TurnRecord], top: int) -> list[TurnRecord]:
@@ -95,7 +96,7 @@ class Winner:
         and its confirmation are each enough: either measured it faster than physics allows."""
         for source in (self.confirmed, self.record.eval):
             if source is not None and source.implausible:
-                return next((f for f in source.flags if f.startswith("implausible")), "implausible runtime")
+                return implausible_flag(source.flags)
         return None
 
 

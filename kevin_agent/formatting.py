@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .results import BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, MemoryUse, TimingStats, TurnRecord
+from .results import (BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, MemoryUse, TimingStats, TurnRecord,
+                      implausible_flag)
 
 STAGE_ORDER = ("generation", "queue", "compile", "load", "correctness", "timing")
 
@@ -30,7 +31,7 @@ def confirmed_line(kernel: Confirmed) -> str:
     if kernel.run_speedup is not None:
         line += f"; its turn measured {fmt_speedup(kernel.run_speedup)}"
     if kernel.implausible:
-        line += "  FLAGGED: " + next((f for f in kernel.flags if f.startswith("implausible")), "implausible")
+        line += f"  FLAGGED: {implausible_flag(kernel.flags)}"
     return line
 
 
@@ -74,12 +75,15 @@ def fmt_graph(ev: EvalResult) -> str | None:
     return text + (f": {fmt_speedup(graph.speedup)}" if graph.speedup is not None else "")
 
 
+def gib(n: int | float) -> str:
+    """Bytes in GiB for people: 6.0 GiB, 0.25 GiB."""
+    value = n / (1 << 30)
+    return f"{value:.1f} GiB" if value >= 1 else f"{value:.2g} GiB"
+
+
 def fmt_memory(use: MemoryUse) -> str:
     """An evaluation's peak memory against the task's own, e.g. "peak 18.3 GiB (cuda allocator),
     1.52x the task's 12.0 GiB"."""
-    def gib(n: int) -> str:
-        return f"{n / (1 << 30):.2f} GiB" if n < (10 << 30) else f"{n / (1 << 30):.1f} GiB"
-
     return (f"memory: peak {gib(use.peak_reserved_bytes)} ({use.measured}), {use.ratio:.2f}x the task's "
             f"{gib(use.footprint_bytes)} (planned at most {gib(use.planned_bytes)})")
 

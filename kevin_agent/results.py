@@ -289,6 +289,11 @@ def best_record(records) -> TurnRecord | None:
     return best
 
 
+def implausible_flag(flags: list[str]) -> str:
+    """The flag that names the physical floor a kernel beat (of a result flagged implausible)."""
+    return next((f for f in flags if f.startswith("implausible")), "implausible runtime")
+
+
 class ConfirmedSpeedup(BaseModel):
     """The headline of a confirmation: what a person quotes."""
 

@@ -23,6 +23,8 @@ import re
 
 from pydantic import BaseModel
 
+from ..formatting import gib
+
 GiB = 1 << 30
 MiB = 1 << 20
 HARNESS_BYTES = 1 * GiB
@@ -183,8 +185,3 @@ def oom_fault(*, in_candidate: bool, demand: int | None = None, planned_bytes: i
         return "harness"
     return "candidate"
 
-
-def gib(n: int | float) -> str:
-    """Bytes in GiB for people: 6.0 GiB, 0.25 GiB."""
-    value = n / GiB
-    return f"{value:.1f} GiB" if value >= 1 else f"{value:.2g} GiB"

@@ -9,10 +9,11 @@ from pathlib import Path
 import torch
 
 from ..config import EvalSettings
+from ..formatting import gib
 from ..results import MemoryUse
 from . import memory
 from .correctness import nbytes_of
-from .memory import Footprint, gib
+from .memory import Footprint
 from .taskcode import to_device
 
 

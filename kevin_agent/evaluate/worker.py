@@ -35,7 +35,8 @@ from .headtohead import do_confirm
 from .correctness import leaves, set_reference_tf32
 from .guards import Integrity
 from .jobs import KERNEL, WANT, Assignment, Job, WorkerReply
-from .memory import gib, requested_bytes
+from ..formatting import gib
+from .memory import requested_bytes
 from .reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
 from .trials import Trials, make
