@@ -5,13 +5,16 @@ of the GPU they are for; the rest runs real workers on the cpu device."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from kevin_agent.errors import TaskError
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
 from kevin_agent.evaluate import memory
 from kevin_agent.evaluate.memory import GiB, Footprint
+from kevin_agent.evaluate.taskcode import TaskProblem, call_factory
 from kevin_agent.task import load_task
 
 from .clihelp import kevin
@@ -78,6 +81,19 @@ def test_a_reference_that_runs_out_of_memory_is_refused_at_the_probe(tmp_path):
     evaluator.close()
     assert err.value.exit_code == 2
     assert "the task ran out of memory" in err.value.message and "shrink get_inputs()" in err.value.hint
+
+
+def test_inputs_that_run_out_of_memory_are_not_called_the_task_files_fault():
+    """Drawn again inside a candidate's evaluation, a set that does not fit must reach the worker's
+    out-of-memory handling (harness or candidate), not end the run as a broken task file."""
+    job = SimpleNamespace(task_path="task.py")
+    too_large = SimpleNamespace(get_inputs=lambda: [torch.empty(1 << 50)])  # a real allocation failure
+    with pytest.raises(RuntimeError) as raised:
+        call_factory(too_large, "get_inputs", job)
+    assert memory.is_out_of_memory(str(raised.value), type(raised.value).__name__)
+    broken = SimpleNamespace(get_inputs=lambda: [1 / 0])
+    with pytest.raises(TaskProblem, match="get_inputs\\(\\) raised ZeroDivisionError"):
+        call_factory(broken, "get_inputs", job)
 
 
 def test_a_task_whose_workers_cannot_get_ready_ends_the_evaluation_and_blames_no_candidate(tmp_path):

@@ -54,10 +54,18 @@ def import_task(job: Job):
     return module
 
 
+def _raise_if_out_of_memory(exc: Exception) -> None:
+    """Out of memory is not the task file's fault to fix: the worker says how much memory the task
+    needs, or whose the failure is when a candidate was running."""
+    if is_out_of_memory(str(exc), type(exc).__name__):
+        raise exc
+
+
 def call_factory(module, name: str, job: Job) -> list:
     try:
         values = getattr(module, name)()
     except Exception as exc:
+        _raise_if_out_of_memory(exc)
         raise TaskProblem(f"{name}() raised {describe(exc, job.task_path)}") from None
     if not isinstance(values, (list, tuple)):
         raise TaskProblem(f"{name}() must return a list, got {type(values).__name__}")
@@ -92,8 +100,7 @@ def build_reference(module, job: Job) -> torch.nn.Module:
     try:
         return getattr(module, job.class_name)(*init).to(job.settings.device)
     except Exception as exc:
-        if is_out_of_memory(str(exc), type(exc).__name__):
-            raise  # the worker says how much memory the task needs
+        _raise_if_out_of_memory(exc)
         raise TaskProblem(f"building {job.class_name} failed: {describe(exc, job.task_path)}") from None
 
 
