@@ -112,7 +112,9 @@ class RuntimeFloor(BaseModel):
     bytes: int
     """Bytes of the inputs and the outputs: each must be read or written at least once."""
     bandwidth_gb_s: float
-    """The device's memory bandwidth as measured in the worker, in GB/s (10^9 bytes per second)."""
+    """The device's memory bandwidth, in GB/s (10^9 bytes per second)."""
+    bandwidth_source: str = "measured"
+    """``measured`` (in the reference's worker) or ``given`` (``--bandwidth-gb-s``)."""
     flops: float | None = None
     flop_rate_tflop_s: float | None = None
     floor_ms: float

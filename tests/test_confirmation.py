@@ -130,6 +130,7 @@ def test_a_kernel_below_the_floor_is_confirmed_and_flagged(scale_task, tmp_path)
     assert kernel.verified and kernel.implausible, kernel
     assert kernel.floor.floor_ms > kernel.runtime.median_ms
     assert any(f.startswith("implausible runtime") for f in kernel.flags)
+    assert kernel.floor.bandwidth_source == "given" and any("GB/s given" in f for f in kernel.flags)
 
 
 # --- which kernels, and which one wins ---------------------------------------------------------

@@ -58,6 +58,12 @@ def test_honest_large_speedup_is_not_flagged_and_a_kernel_below_the_floor_is():
     assert "4194304 bytes" in flag and "4800 GB/s" in flag and f"{h200.floor_ms:.4g} ms" in flag
 
 
+def test_the_floor_says_whether_its_bandwidth_was_measured_or_given():
+    assert "4800 GB/s measured" in implausibility(0.0005, runtime_floor(2 * 512 * 1024 * 4, 4800 * GB_S))
+    given = runtime_floor(2 * 512 * 1024 * 4, 4800 * GB_S, bandwidth_source="given")
+    assert "4800 GB/s given" in implausibility(0.0005, given) and given.bandwidth_source == "given"
+
+
 # --- hidden asynchronous work ------------------------------------------------------------
 def _runs(stream_ms: float, after_ms: float, n: int = 21) -> Runs:
     # A little spread, so the medians are what the rule reads.

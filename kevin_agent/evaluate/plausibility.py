@@ -42,13 +42,14 @@ def bandwidth(measured_bytes_per_ms: float, given_gb_s: float | None) -> float:
     return given_gb_s * 1e6 if given_gb_s is not None else measured_bytes_per_ms
 
 
-def runtime_floor(nbytes: int, bandwidth_bytes_per_ms: float, *, device: str = "cuda",
+def runtime_floor(nbytes: int, bandwidth_bytes_per_ms: float, *, device: str = "cuda", bandwidth_source: str = "measured",
                   flops: float | None = None, flops_per_ms: float | None = None) -> RuntimeFloor:
     """The least time one call can take, in ms, from the bytes it must move (and its FLOPs)."""
     floor_ms = nbytes / (BANDWIDTH_HEADROOM[device] * bandwidth_bytes_per_ms)
     if flops and flops_per_ms:
         floor_ms = max(floor_ms, flops / (FLOP_HEADROOM * flops_per_ms))
-    return RuntimeFloor(bytes=int(nbytes), bandwidth_gb_s=bandwidth_bytes_per_ms / 1e6, flops=flops,
+    return RuntimeFloor(bytes=int(nbytes), bandwidth_gb_s=bandwidth_bytes_per_ms / 1e6,
+                        bandwidth_source=bandwidth_source, flops=flops,
                         flop_rate_tflop_s=flops_per_ms / 1e9 if flops_per_ms else None, floor_ms=floor_ms)
 
 
@@ -56,7 +57,7 @@ def implausibility(runtime_ms: float, floor: RuntimeFloor) -> str | None:
     """The flag for a median time below the floor, or None when physics allows it."""
     if runtime_ms >= floor.floor_ms:
         return None
-    work = f"{floor.bytes} bytes of inputs and outputs at {floor.bandwidth_gb_s:.0f} GB/s measured"
+    work = f"{floor.bytes} bytes of inputs and outputs at {floor.bandwidth_gb_s:.0f} GB/s {floor.bandwidth_source}"
     if floor.flops and floor.flop_rate_tflop_s:
         work += f", {floor.flops:.3g} FLOPs at {floor.flop_rate_tflop_s:.1f} TFLOP/s"
     return (f"implausible runtime {runtime_ms:.4g} ms: below the physical floor of {floor.floor_ms:.4g} ms "

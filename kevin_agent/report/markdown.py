@@ -88,7 +88,7 @@ def _timing_notes(ev: EvalResult) -> list[str]:
                   f"{ev.sync.limit_ms * 1000:.1f} µs)"]
     if ev.floor is not None:
         lines += [f"- physical floor: {ev.floor.floor_ms:.4g} ms ({ev.floor.bytes} bytes of inputs and outputs "
-                  f"at {ev.floor.bandwidth_gb_s:.0f} GB/s measured)"
+                  f"at {ev.floor.bandwidth_gb_s:.0f} GB/s {ev.floor.bandwidth_source})"
                   + (": **the kernel beat it, which is implausible**" if ev.implausible else "")]
     return lines + ([""] if len(lines) > 2 else [])
 
