@@ -75,6 +75,15 @@ def copy_parameters(ref: torch.nn.Module, cand: torch.nn.Module) -> None:
                 dst.copy_(src)
 
 
+def new_model(module, task, job: Job, ref) -> torch.nn.Module:
+    """``module.ModelNew`` made as the reference was (the same seed, its init inputs), on the
+    device, with the reference's parameters copied in."""
+    torch.manual_seed(job.settings.seed)
+    model = module.ModelNew(*call_factory(task, "get_init_inputs", job)).to(job.settings.device)
+    copy_parameters(ref, model)
+    return model
+
+
 def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[str], dict], task, ref,
                   trials: Trials, integrity: Integrity) -> WorkerReply:
     """Load, check and time ``job.candidate_path``; the reply carries the verdict."""
@@ -105,9 +114,7 @@ def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[s
         module = import_file(job.candidate_path, "kevin_candidate")
         if not hasattr(module, "ModelNew"):
             return result(Status.RUNTIME_ERROR, "the candidate defines no class ModelNew")
-        torch.manual_seed(job.settings.seed)
-        cand = module.ModelNew(*call_factory(task, "get_init_inputs", job)).to(job.settings.device)
-        copy_parameters(ref, cand)
+        cand = new_model(module, task, job, ref)
         check_integrity(integrity, "after loading")
         return _check_and_time(job, trials, ref, cand, outcome, enter, result, integrity)
     except Mismatch as exc:
@@ -132,16 +139,15 @@ def _answer(trials: Trials, name: str):
     return lambda *inputs: trials.expected(name, inputs)
 
 
-def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> int:
+def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> None:
     """The correctness trials and the operator audit, on the sets of ``trials``; raises
-    ``Mismatch`` or ``RuleBroken``. Returns the bytes poisoned before each trial."""
+    ``Mismatch`` or ``RuleBroken``."""
     s, device = settings, settings.device
-    poison = 0
+    poison = trials.poison_bytes()
     previous = None
     for i in range(s.correctness_trials):
         name = f"trial-{i + 1}"
         inputs, which = trials.inputs(name), trials.input_set(name)
-        poison = poison or trials.poison_bytes()
         outcome.trials += 1
         try:
             got, want = run_trial(cand, _answer(trials, name), inputs, device=device, atol=s.atol, rtol=s.rtol,
@@ -162,11 +168,9 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
             raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
                              f"{', '.join(computing[:8])}; compute the result in your own kernel")
         check_integrity(integrity, "during the operator audit")
-    return poison
 
 
-def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome, poison: int,
-            timer: Timer) -> int:
+def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome) -> int:
     """The re-check after timing: new values written into the very tensors the candidate was
     timed on (an answer cached by address goes stale), then one more ordinary trial. Raises
     ``Mismatch``; returns the bytes one call reads and writes (its inputs and output), for the
@@ -180,7 +184,7 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
     try:
         with poisoned_memory(device), torch.no_grad():
             got = cand(*timed_inputs)
-            timer.sync()
+            sync(device)
             check_plain_tensors(got)
             check_inputs_unchanged(timed_inputs, fresh)
             check_no_alias(got, timed_inputs)
@@ -189,7 +193,8 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
         moved = nbytes_of(fresh) + nbytes_of([got])
         del got, want  # the next trial's copies take their place, beside the timing inputs still held
         run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
-                  atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome, poison_bytes=poison)
+                  atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome,
+                  poison_bytes=trials.poison_bytes())
     except Mismatch as exc:
         raise Mismatch(f"re-check after timing failed: {exc}") from None
     return moved
@@ -200,14 +205,15 @@ def physical_floor(settings: EvalSettings, trials: Trials, moved_bytes: int) -> 
     The bandwidth was measured by the reference worker, with the device to itself."""
     return runtime_floor(moved_bytes,
                          bandwidth(trials.meta.bandwidth_bytes_per_ms, settings.bandwidth_gb_s),
-                         device=settings.device)
+                         device=settings.device,
+                         bandwidth_source="measured" if settings.bandwidth_gb_s is None else "given")
 
 
 def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter, result,
                     integrity: Integrity) -> WorkerReply:
     s, device = job.settings, job.settings.device
     enter(Stage.CORRECTNESS)
-    poison = check_trials(s, trials, cand, outcome, integrity)
+    check_trials(s, trials, cand, outcome, integrity)
 
     # Candidate and eager reference back to back in this process, so that drift of the clocks
     # or the temperature between them cannot flatter either.
@@ -227,7 +233,7 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
         flags.append(f"torch.compile of the reference failed, not compared: {trials.meta.compile_error}")
-    moved = recheck(s, trials, cand, timing_inputs, outcome, poison, timer)
+    moved = recheck(s, trials, cand, timing_inputs, outcome)
 
     speedup = reference.median_ms / max(runtime.median_ms, 1e-9)
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None

@@ -310,10 +310,10 @@ class LocalEvaluator(Confirming):
         is tried once more, poisoning less; failing again, or the task failing, raises: it is not
         the candidate's result."""
         run = self._run(build, clock, on_stage, on_output)
-        if _kind(run) == "harness" and not self._aborted.is_set():
+        if run.error_kind == "harness" and not self._aborted.is_set():
             self.pool.expect(1)
             run = self._run(build, clock, on_stage, on_output, lean=True)
-        if not self._aborted.is_set() and (kind := _kind(run)) in ("harness", "task"):
+        if not self._aborted.is_set() and (kind := run.error_kind) in ("harness", "task"):
             raise _failure(kind, run.reply.error, str(self.task.path))
         return self._from_run(run)
 
@@ -441,10 +441,6 @@ class LocalEvaluator(Confirming):
 def _close_quietly(pool: WarmPool, scratch: Path) -> None:
     pool.close()
     shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _kind(run: WorkerRun) -> str:
-    return run.reply.error_kind if run.reply is not None else ""
 
 
 def _failure(kind: str, error: str, where: str) -> KevinError:

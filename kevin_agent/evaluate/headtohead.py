@@ -33,23 +33,19 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from ..results import Confirmed, Stage
-from .candidate import RuleBroken, check_integrity, check_trials, copy_parameters, device_name, physical_floor
 from . import meter
-from .candidate import recheck, versions
+from .candidate import RuleBroken, check_trials, device_name, new_model, physical_floor, recheck, versions
 from .correctness import Mismatch, Outcome, set_reference_tf32
-from .fingerprint import digest
 from .guards import Integrity
 from .jobs import Assignment, Job, WorkerReply
 from .plausibility import implausibility
-from .reference import input_plan, read
-from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task
-from .timing import Runs, Timer, hidden_work, hidden_work_refusal, stats
-from .trials import Trials, draw_set, drawn_again
+from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
+from .timing import Runs, Timer, hidden_work, hidden_work_refusal
+from .trials import ReferenceChanged, Trials, read_meta
 
 MIN_ROUNDS = 20
 CHECK_EVERY = 10
@@ -89,18 +85,25 @@ class Tainted(Exception):
 
 @dataclass
 class Timed:
-    """Something timed in the rounds: a kernel, the reference or the compiled reference."""
+    """Something timed in the rounds: a kernel, or (``kernel`` None) the reference or the compiled
+    reference."""
 
-    mark: str
     fn: Callable
-    args: list
     kernel: Kernel | None = None
-    stream_ms: list[float] = field(default_factory=list)
-    synced_ms: list[float] = field(default_factory=list)
+    runs: Runs = field(default_factory=lambda: Runs([], []))
+
+    @property
+    def mark(self) -> str:
+        """What the worker names before it runs this (``kernel <i>``, or ``kernel -``)."""
+        return str(self.kernel.index) if self.kernel is not None else "-"
+
+    @property
+    def stream_ms(self) -> list[float]:
+        return self.runs.stream_ms
 
     def add(self, stream_ms: float, synced_ms: float) -> None:
-        self.stream_ms.append(stream_ms)
-        self.synced_ms.append(synced_ms)
+        self.runs.stream_ms.append(stream_ms)
+        self.runs.synced_ms.append(synced_ms)
 
 
 @dataclass
@@ -110,7 +113,6 @@ class Kernel:
     outcome: Outcome = field(default_factory=Outcome)
     model: torch.nn.Module | None = None
     error: str = ""
-    poison: int = 0
     timed: Timed | None = None
     verdict: Confirmed | None = None
 
@@ -137,28 +139,7 @@ class Confirming:
         meter.start(self.device)
         set_reference_tf32(self.s.reference_tf32)
         self.ref = build_reference(self.task, job)
-        meta = read(Path(job.reference_dir))
-        if meta is None:
-            raise TaskProblem(f"the reference data in {job.reference_dir} is missing or incomplete")
-        # Sets are held as the run's workers hold them: where the run drew its inputs again per
-        # set, or computed its answers again, so does the confirmation, and the host keeps one
-        # set at a time (each drawn here once for its checksum and its answer's fingerprint).
-        keep_inputs, keep_answers = meta.inputs_stored, meta.answers_stored
-        sets, inputs, outputs = [], {}, {}
-        for name, seed, dist, answered in input_plan(self.s.model_copy(update={"seed": job.seed})):
-            entry, values, answer = draw_set(job, self.task, self.ref, name, seed, dist, answered)
-            if answer is not None and not keep_answers:
-                entry = entry.model_copy(update={"answer_digest": digest(answer)})
-            sets.append(entry)
-            if keep_inputs:
-                inputs[name] = [v.cpu() if isinstance(v, torch.Tensor) else v for v in values]
-            if answer is not None and keep_answers:
-                outputs[name] = answer
-            del values, answer
-        self.trials = Trials(meta.model_copy(update={"sets": sets}), inputs if keep_inputs else None,
-                             outputs if keep_answers else None, self.device,
-                             draw=None if keep_inputs else lambda entry: drawn_again(job, self.task, entry))
-        self.trials.reference = self.ref
+        self.trials = Trials.fresh(job, self.task, self.ref, read_meta(job))
         self.compiled, self.compile_error = None, ""
         if self.s.compare_compile:
             try:
@@ -177,7 +158,7 @@ class Confirming:
         self.mark(str(kernel.index))
         try:
             step()
-        except (Mismatch, RuleBroken) as exc:
+        except (Mismatch, RuleBroken, ReferenceChanged) as exc:
             kernel.error = str(exc)
         except BaseException as exc:  # kernel code may raise anything, SystemExit included
             kernel.error = describe(exc, kernel.where.candidate_path, self.job.task_path)
@@ -191,14 +172,10 @@ class Confirming:
         module = import_file(kernel.where.candidate_path, f"kevin_candidate_{kernel.index}")
         if not hasattr(module, "ModelNew"):
             raise RuleBroken("the kernel defines no class ModelNew")
-        torch.manual_seed(self.s.seed)
-        model = module.ModelNew(*call_factory(self.task, "get_init_inputs", self.job)).to(self.device)
-        copy_parameters(self.ref, model)
-        check_integrity(self.integrity, "after loading")
-        kernel.model = model
+        kernel.model = new_model(module, self.task, self.job, self.ref)  # _guarded checks the integrity
 
     def _check(self, kernel: Kernel) -> None:
-        kernel.poison = check_trials(self.s, self.trials, kernel.model, kernel.outcome, self.integrity)
+        check_trials(self.s, self.trials, kernel.model, kernel.outcome, self.integrity)
 
     def verify(self) -> None:
         for kernel in self.kernels:
@@ -216,24 +193,24 @@ class Confirming:
         # the reference on one copy: five copies of a 6 GB input would not fit beside a model
         # holding most of the GPU. Inputs are checked unchanged, and each kernel's re-check writes
         # values it has never seen into this copy, so an answer cached by address still goes stale.
-        timing = self.trials.on_device("timing")
+        self.timing = timing = self.trials.on_device("timing")
         for kernel in self.kernels:
             if kernel.alive:
-                kernel.timed = Timed(str(kernel.index), kernel.model, timing, kernel)
-        reference = Timed("-", self.ref, timing)
-        compiled = Timed("-", self.compiled, timing) if self.compiled is not None else None
+                kernel.timed = Timed(kernel.model, kernel)
+        reference = Timed(self.ref)
+        compiled = Timed(self.compiled) if self.compiled is not None else None
         entries = [k.timed for k in self.kernels if k.alive] + [reference] + ([compiled] if compiled else [])
         self.mark("-")
         overhead_ms = self.timer.sync_overhead_ms(self.s.timed_runs)
         with torch.no_grad():
             for entry in list(entries):
-                self._run(entry, entries, lambda e=entry: [e.fn(*e.args) for _ in range(self.s.warmup_runs)])
+                self._run(entry, entries, lambda e=entry: [e.fn(*timing) for _ in range(self.s.warmup_runs)])
             self.timer.sync()
             started = time.monotonic()
             rounds = 0
             while rounds < self.s.confirm_rounds:
                 for entry in list(entries):
-                    self._run(entry, entries, lambda e=entry: e.add(*self.timer.one(e.fn, e.args)))
+                    self._run(entry, entries, lambda e=entry: e.add(*self.timer.one(e.fn, timing)))
                 rounds += 1
                 live = [k for k in self.kernels if k.alive]
                 if not live or rounds >= MIN_ROUNDS and rounds % CHECK_EVERY == 0 and (
@@ -262,11 +239,11 @@ class Confirming:
     # --- after timing --------------------------------------------------------------------------
     def _after(self, kernel: Kernel, reference: Timed, compiled: Timed | None, overhead_ms: float) -> None:
         timed = kernel.timed
-        runtime = stats(timed.stream_ms)
-        sync_check = hidden_work(Runs(timed.stream_ms, timed.synced_ms), overhead_ms) if self.device == "cuda" else None
+        runtime = timed.runs.stream
+        sync_check = hidden_work(timed.runs, overhead_ms) if self.device == "cuda" else None
         if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
             raise RuleBroken(refusal)
-        moved = recheck(self.s, self.trials, kernel.model, timed.args, kernel.outcome, kernel.poison, self.timer)
+        moved = recheck(self.s, self.trials, kernel.model, self.timing, kernel.outcome)
         floor = physical_floor(self.s, self.trials, moved)
         flags = []
         if self.s.compare_compile and compiled is None:
@@ -279,8 +256,8 @@ class Confirming:
             verified=True, speedup_median=statistics.median(ratios), ci95=list(median_interval(ratios)),
             speedup_vs_compile_median=statistics.median(vs_compile) if vs_compile else None,
             vs_compile_ci95=list(median_interval(vs_compile)) if vs_compile else None, runs=len(ratios),
-            runtime=runtime, reference=stats(reference.stream_ms),
-            compiled_reference=stats(compiled.stream_ms) if compiled is not None else None,
+            runtime=runtime, reference=reference.runs.stream,
+            compiled_reference=compiled.runs.stream if compiled is not None else None,
             implausible=flag is not None, floor=floor, flags=flags, **self._evidence(kernel))
 
     def _evidence(self, kernel: Kernel) -> dict:

@@ -32,8 +32,6 @@ HARNESS_BYTES = 1 * GiB
 cache, at least 256 MiB), the comparison's chunks, the allocator's rounding."""
 WORKER_BYTES = 640 * MiB
 """A worker process's CUDA context and torch's own buffers, outside its allocator."""
-HOST_MARGIN = 2 * GiB
-"""Host memory left free when deciding whether another worker may start getting ready."""
 POISON_MARGIN = 64 * MiB
 """Freed memory filled with NaN beyond twice the task's outputs before each trial."""
 

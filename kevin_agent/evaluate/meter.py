@@ -101,7 +101,7 @@ def measure_forward(model, inputs: list, device: str) -> tuple[object, Footprint
     """Run ``model`` once on a device copy of ``inputs`` and measure the task's footprint: the
     reference's parameters, the inputs, and its forward's peak beyond them (cpu: how far the
     process's resident memory rose while it ran)."""
-    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    params = nbytes_of([*model.parameters(), *model.buffers()])
     on_device = to_device(inputs, device, copy=True)
     if device == "cuda":
         torch.cuda.synchronize()

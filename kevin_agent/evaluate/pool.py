@@ -144,6 +144,11 @@ class WorkerRun:
     limit: Limit | None = None
     """The limit the worker ran past (when ``timed_out``)."""
 
+    @property
+    def error_kind(self) -> str:
+        """Whose failure the worker's reply names (``WorkerReply.error_kind``); '' without a reply."""
+        return self.reply.error_kind if self.reply is not None else ""
+
     def died(self) -> str:
         """How the worker ended without a reply, in words."""
         if self.returncode < 0:

@@ -79,9 +79,8 @@ class ReferenceData(BaseModel):
     """Whether the answers are in ``outputs.pt``; if not, each worker computes them again."""
     answers_repeatable: bool = True
     """The reference gave bitwise the same answer twice to the same inputs: an answer computed again
-    must then match its stored fingerprint."""
-    inputs_on_host: bool = True
-    """``get_inputs()`` gives host tensors (drawing them again needs no device)."""
+    must then match its stored fingerprint (tried only where the answers are not stored, the one
+    case that computes them again)."""
     footprint: Footprint | None = None
     """The task's own device memory, as the probe measured it."""
     transfer_bytes_per_s: float = 0.0

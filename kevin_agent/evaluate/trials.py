@@ -46,15 +46,30 @@ def checksum(values) -> str:
     return h.hexdigest()
 
 
+def read_meta(job: Job) -> ReferenceData:
+    """The reference data's ``meta.json`` for ``job``, or the task's error when it is not there."""
+    meta = read(Path(job.reference_dir))
+    if meta is None:
+        raise TaskProblem(f"the reference data in {job.reference_dir} is missing or incomplete")
+    return meta
+
+
 def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distribution: str,
-             answered: bool) -> tuple[InputSet, list, object | None]:
-    """One set of inputs drawn from its seed, what it is, and (when ``answered``) the reference's
-    answer to it on the CPU, computed as in a correctness trial (poisoned memory)."""
+             answered: bool, keep_answer: bool) -> tuple[InputSet, list, object | None]:
+    """One set of inputs drawn from its seed and what it is (with the fingerprint of the
+    reference's answer, when ``answered``), and that answer on the host when ``keep_answer``.
+    The answer is computed as in a correctness trial (poisoned memory) and fingerprinted where it
+    was computed: an answer too large to keep never travels to the host."""
     device = job.settings.device
     values = make_inputs(task, job, seed, distribution)
+    answer, answer_digest = None, ""
+    if answered:
+        out = _answer(ref, values, device)
+        answer_digest = digest(out)
+        answer = to_device(out, "cpu", copy=True) if keep_answer else None
+        del out
     entry = InputSet(name=name, seed=seed, distribution=distribution, checksum=checksum(values),
-                     nbytes=nbytes_of(values), expected=answered)
-    answer = to_device(_answer(ref, values, device), "cpu", copy=True) if answered else None
+                     nbytes=nbytes_of(values), expected=answered, answer_digest=answer_digest)
     return entry, values, answer
 
 
@@ -69,25 +84,25 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
     # Inputs drawn again must come out the same, or each worker's copy must come from disk.
     deterministic = checksum(make_inputs(task, job, seed0, dist0)) == checksum(make_inputs(task, job, seed0, dist0))
     answered = sum(1 for *_, a in plan if a)
-    sets, inputs, outputs, total, output_bytes, repeatable, draw_s = [], {}, {}, 0, 0, True, 0.0
+    sets, inputs, outputs, total, output_bytes, repeatable, draw_s = [], {}, {}, 0, 0, None, 0.0
     for name, seed, dist, answers in plan:
         drawn_at = time.perf_counter()
         values = make_inputs(task, job, seed, dist)
         sum_of_values = checksum(values)
         # A worker that draws the set again pays this too, inside a candidate's stage.
         draw_s = max(draw_s, time.perf_counter() - drawn_at)
-        on_host = all(v.device.type == "cpu" for _, v in leaves(values) if isinstance(v, torch.Tensor))
         answer_digest = ""
         if answers:
             out = _answer(ref, values, device)
-            answer_digest, first = digest(out), not output_bytes
-            output_bytes += nbytes_of([out])
-            if outputs is not None and nbytes_of([out]) * answered > STORE_ANSWERS_BYTES:
+            answer_digest, answer_bytes = digest(out), nbytes_of([out])
+            output_bytes += answer_bytes
+            if outputs is not None and answer_bytes * answered > STORE_ANSWERS_BYTES:
                 outputs = None  # computed again by each worker, cheaper than gigabytes on disk
             if outputs is not None:
                 outputs[name] = to_device(out, "cpu", copy=True)
             del out
-            if first:  # an answer computed again is checked only against a reference that repeats itself
+            if outputs is None and repeatable is None:
+                # An answer computed again is checked only against a reference that repeats itself.
                 repeatable = digest(_answer(ref, values, device)) == answer_digest
         sets.append(InputSet(name=name, seed=seed, distribution=dist, checksum=sum_of_values,
                              nbytes=nbytes_of(values), expected=answers, answer_digest=answer_digest))
@@ -102,8 +117,7 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
 
     request_timing()
     timer = Timer(device)
-    transfer = _transfer_bytes_per_s(timing_inputs, device)
-    timing_inputs = to_device(timing_inputs, device, copy=True)
+    timing_inputs, transfer = _copied_to_device(timing_inputs, device)
     start = time.perf_counter()
     eager = timer.time(ref, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     call_s = (time.perf_counter() - start) / (s.warmup_runs + s.timed_runs)
@@ -128,7 +142,7 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
     data = ReferenceData(key=folder.name, sets=sets, inputs_stored=inputs is not None, eager=eager,
                          call_s=call_s, compiled=compiled, compile_error=compile_error,
                          bandwidth_bytes_per_ms=bandwidth, output_bytes=output_bytes,
-                         answers_stored=outputs is not None, answers_repeatable=repeatable, inputs_on_host=on_host,
+                         answers_stored=outputs is not None, answers_repeatable=repeatable is not False,
                          footprint=footprint, transfer_bytes_per_s=transfer,
                          draw_s=draw_s if inputs is None else 0.0,
                          created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -147,17 +161,15 @@ def _answer(ref: torch.nn.Module, values: list, device: str):
     return out
 
 
-def _transfer_bytes_per_s(values: list, device: str) -> float:
-    """How fast one set of inputs is copied to the device (the stage limits allow for it)."""
+def _copied_to_device(values: list, device: str) -> tuple[list, float]:
+    """A copy of one set of inputs on the device, and how fast it was made in bytes per second (the
+    stage limits allow for it; 0 below 1 MiB, too quick to time)."""
     nbytes = nbytes_of(values)
-    if nbytes < (1 << 20):
-        return 0.0
     start = time.perf_counter()
     copy = to_device(values, device, copy=True)
     sync(device)
     seconds = time.perf_counter() - start
-    del copy
-    return nbytes / max(seconds, 1e-6)
+    return copy, (nbytes / max(seconds, 1e-6) if nbytes >= (1 << 20) else 0.0)
 
 
 def drawn_again(job: Job, task, s: InputSet) -> list:
@@ -189,13 +201,10 @@ class Trials:
         """Poison less memory (an evaluation is tried again after the harness ran out of memory)."""
 
     @classmethod
-    def load(cls, job: Job, task) -> Trials:
-        """Read the reference data and draw again the inputs that were not stored; on the host
-        only, when ``get_inputs()`` gives host tensors (``meta.inputs_on_host``)."""
+    def load(cls, job: Job, task, meta: ReferenceData) -> Trials:
+        """The reference data of ``meta`` (``read_meta``); inputs that were not stored are drawn
+        again, on the host, when a set is used."""
         folder = Path(job.reference_dir)
-        meta = read(folder)
-        if meta is None:
-            raise TaskProblem(f"the reference data in {folder} is missing or incomplete")
         outputs = torch.load(folder / OUTPUTS, mmap=True, weights_only=True) if meta.answers_stored else None
         if not meta.inputs_stored:
             # Gigabytes per set: each is drawn when it is used, and only the last one is kept.
@@ -205,6 +214,28 @@ class Trials:
             if checksum(inputs[s.name]) != s.checksum:
                 raise TaskProblem(f"the stored inputs of set {s.name} in {folder} are damaged; remove the folder")
         return cls(meta, inputs, outputs, job.settings.device)
+
+    @classmethod
+    def fresh(cls, job: Job, task, ref: torch.nn.Module, meta: ReferenceData) -> Trials:
+        """Every set drawn anew from ``job.seed`` (a confirmation's fresh seeds) with the
+        reference's answers, held as the run's sets are held (``meta``): where the run drew its
+        inputs again per set, or computed its answers again, so do these, and the host keeps one
+        set at a time. Each set is drawn here once, for its checksum and its answer's fingerprint."""
+        keep_inputs, keep_answers = meta.inputs_stored, meta.answers_stored
+        sets, inputs, outputs = [], {}, {}
+        for name, seed, dist, answered in input_plan(job.settings.model_copy(update={"seed": job.seed})):
+            entry, values, answer = draw_set(job, task, ref, name, seed, dist, answered, keep_answers)
+            sets.append(entry)
+            if keep_inputs:
+                inputs[name] = to_device(values, "cpu")
+            if answer is not None:
+                outputs[name] = answer
+            del values, answer
+        trials = cls(meta.model_copy(update={"sets": sets}), inputs if keep_inputs else None,
+                     outputs if keep_answers else None, job.settings.device,
+                     draw=None if keep_inputs else lambda entry: drawn_again(job, task, entry))
+        trials.reference = ref
+        return trials
 
     def inputs(self, name: str) -> list:
         """Set ``name`` as drawn, on the host: to copy from, never to hand to a model."""

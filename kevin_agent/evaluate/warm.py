@@ -122,7 +122,7 @@ class WarmPool:
                     exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate")
             if worker.waiting_for != "candidate" and not (self._closed or self._give_up()):
                 run = worker.result(exceeded)
-                kind = run.reply.error_kind if run.reply is not None else ""
+                kind = run.error_kind
                 problem = (run.reply.error if run.reply is not None and run.reply.error else
                            f"it ran past {exceeded.seconds:g} s" if exceeded else f"{run.died()}\n{tail(run.log)}")
         except Exception as exc:  # e.g. no process could be started: say so to whoever waits

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..formatting import gib
 from ..results import Stage
 from ..task import TaskProbe
 from . import meter
@@ -35,11 +36,10 @@ from .headtohead import do_confirm
 from .correctness import leaves, set_reference_tf32
 from .guards import Integrity
 from .jobs import KERNEL, WANT, Assignment, Job, WorkerReply
-from ..formatting import gib
 from .memory import requested_bytes
 from .reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
-from .trials import Trials, make
+from .trials import Trials, make, read_meta
 
 
 def do_probe(job: Job, parent: Parent) -> WorkerReply:
@@ -124,10 +124,10 @@ def do_run(job: Job, parent: Parent) -> WorkerReply:
     meta = None
     try:
         task = import_task(job)
-        meta = read(Path(job.reference_dir))
+        meta = read_meta(job)
         if device == "cuda":
             torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the integrity snapshot
-        trials = Trials.load(job, task)
+        trials = Trials.load(job, task, meta)
         set_reference_tf32(job.settings.reference_tf32)
         ref = build_reference(task, job)
         trials.reference = ref
