@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from ..config import EvalSettings
-from ..results import EvalResult, GraphTiming, RuntimeFloor, Stage, Status
+from ..results import EvalResult, GraphTiming, RuntimeFloor, Stage, Status, SyncCheck
 from .cache import cpu_name
 from . import meter
 from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
@@ -24,7 +24,7 @@ from .guards import Integrity, audit_ops
 from .jobs import Job, WorkerReply
 from .plausibility import bandwidth, implausibility, runtime_floor
 from .taskcode import TaskProblem, call_factory, describe, import_file
-from .timing import GRAPH_MAX_OUTPUT_BYTES, Timer, hidden_work, hidden_work_refusal
+from .timing import GRAPH_MAX_OUTPUT_BYTES, Runs, Timer, hidden_work, hidden_work_refusal
 from .trials import ReferenceChanged, Trials
 
 
@@ -100,10 +100,7 @@ def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[s
 
     def result(status: Status, error: str = "", **extra) -> WorkerReply:
         ev = EvalResult(status=status, stage=reached[0], correct=status is Status.CORRECT, error=error,
-                        trials=outcome.trials, trials_passed=outcome.trials_passed,
-                        max_abs_err=outcome.max_abs_err if outcome.compared else None,
-                        max_rel_err=outcome.max_rel_err if outcome.compared else None,
-                        atol=outcome.atol, rtol=outcome.rtol, device=job.settings.device,
+                        **outcome.evidence(), atol=outcome.atol, rtol=outcome.rtol, device=job.settings.device,
                         device_name=device_name(job.settings.device), tolerance=job.settings.tolerance,
                         reference_tf32=job.settings.reference_tf32, memory=meter.use(device, footprint), **extra)
         return WorkerReply(ok=status is Status.CORRECT, eval=ev, device_name=ev.device_name,
@@ -200,6 +197,21 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
     return moved
 
 
+def refuse_hidden_work(runs: Runs, overhead_ms: float, device: str) -> SyncCheck | None:
+    """cuda: the check for work off the stream in ``runs``; raises ``RuleBroken`` past its limit."""
+    if device != "cuda":
+        return None
+    sync_check = hidden_work(runs, overhead_ms)
+    if refusal := hidden_work_refusal(sync_check, runs.stream):
+        raise RuleBroken(refusal)
+    return sync_check
+
+
+def compile_failed(error: str) -> str:
+    """The flag of a result whose reference could not be compiled with ``torch.compile``."""
+    return f"torch.compile of the reference failed, not compared: {error}"
+
+
 def physical_floor(settings: EvalSettings, trials: Trials, moved_bytes: int) -> RuntimeFloor:
     """The least time a call that reads and writes ``moved_bytes`` can take (``plausibility``).
     The bandwidth was measured by the reference worker, with the device to itself."""
@@ -224,15 +236,13 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     runs = timer.runs(cand, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     check_integrity(integrity, "while it was timed")
     runtime = runs.stream
-    sync_check = hidden_work(runs, overhead_ms) if device == "cuda" else None
-    if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
-        raise RuleBroken(refusal)
+    sync_check = refuse_hidden_work(runs, overhead_ms, device)
     # On the very tensors the candidate was timed on: the re-check below writes new values into them anyway.
     reference = timer.time(ref, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     flags: list[str] = []
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
-        flags.append(f"torch.compile of the reference failed, not compared: {trials.meta.compile_error}")
+        flags.append(compile_failed(trials.meta.compile_error))
     moved = recheck(s, trials, cand, timing_inputs, outcome)
 
     speedup = reference.median_ms / max(runtime.median_ms, 1e-9)

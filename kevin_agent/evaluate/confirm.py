@@ -1,4 +1,4 @@
-"""The parent's side of a confirmation (``headtohead`` is the worker's): ``Confirming.confirm``
+"""The parent's side of a confirmation (``headtohead`` is the worker's): ``EvaluatorConfirmation.confirm``
 (the evaluator's ``confirm``), the fresh seed, the time limit of the head-to-head timing, and the
 words for a kernel that took the worker down.
 
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from ..config import EvalSettings
 from ..results import Confirmation, Confirmed, MemoryUse
 from .gate import DeviceGate, GaveUp, Holding
-from .jobs import INTERRUPTED, KERNEL, Assignment
+from .jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
 from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet
-from .reference import ReferenceData, stage_limit
+from .reference import ReferenceData, moved_inputs, scaled_limit, stage_limit
 from .warm import WarmPool
 
 if TYPE_CHECKING:
@@ -44,13 +44,7 @@ def timing_limit(settings: EvalSettings, ref: ReferenceData | None, kernels: int
         return stage_limit("timing", settings, None)
     per_round = kernels + 1 + (1 if settings.compare_compile else 0)
     calls = per_round * (settings.confirm_rounds + settings.warmup_runs) + settings.timed_runs
-    floor, factor, cap = settings.stage_floor_s, settings.stage_time_factor, settings.run_timeout_s
-    seconds = floor + factor * calls * ref.call_s
-    how = (f"stage_floor_s {floor:g} s + stage_time_factor {factor:g} x {calls} calls x {ref.call_s * 1e3:.3g} ms, "
-           "the reference's own time per call")
-    if seconds > cap:
-        return Limit(cap, f"{how}, capped at run_timeout_s = {cap:g} s")
-    return Limit(seconds, how)
+    return scaled_limit(settings, calls, ref.call_s, [moved_inputs("timing", settings, ref)])
 
 
 def what_happened(run: WorkerRun, limit: Limit | None) -> str:
@@ -64,7 +58,7 @@ def what_happened(run: WorkerRun, limit: Limit | None) -> str:
     return f"{run.died()} during {stage}"
 
 
-class Confirming:
+class EvaluatorConfirmation:
     """``LocalEvaluator.confirm``: the second look at the run's best kernels. A part of the
     evaluator, kept here beside its helpers; it uses the evaluator's builds, gate and workers."""
 
@@ -93,16 +87,17 @@ class Confirming:
         seed = fresh_seed(self.settings)
         verdicts: list[Confirmed | None] = [None] * len(sources)
         builds: list[_Build] = []
-        used: list[MemoryUse | None] = [None]
+        used: MemoryUse | None = None
         try:
             for i, source in enumerate(sources):
                 builds.append(self._built(source, StageClock(), None))
                 if not builds[-1].ok:
                     verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
             while todo := [i for i, v in enumerate(verdicts) if v is None]:
-                got, error, named = self._confirm_in_worker([builds[i] for i in todo], seed, used)
-                if got is not None:
-                    for i, verdict in zip(todo, got):
+                reply, error, named = self._confirm_in_worker([builds[i] for i in todo], seed)
+                if reply is not None:
+                    used = reply.memory
+                    for i, verdict in zip(todo, reply.confirmed):
                         verdicts[i] = verdict
                 elif named is None:
                     for i in todo:
@@ -112,11 +107,10 @@ class Confirming:
         except GaveUp:
             pass
         kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
-        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name, memory=used[0])
+        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name, memory=used)
 
-    def _confirm_in_worker(self, builds: list[_Build], seed: int,
-                           used: list[MemoryUse | None]) -> tuple[list[Confirmed] | None, str, int | None]:
-        """One confirmation worker for ``builds``: its verdicts (its peak memory into ``used``), or
+    def _confirm_in_worker(self, builds: list[_Build], seed: int) -> tuple[WorkerReply | None, str, int | None]:
+        """One confirmation worker for ``builds``: its reply (the verdicts, its peak memory), or
         why it ended without them and the kernel it named last (None: no kernel, or none named)."""
         timing = timing_limit(self.settings, self.reference, len(builds))
         job = {**self._job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
@@ -149,7 +143,6 @@ class Confirming:
         if self._aborted.is_set():
             raise GaveUp()
         if run.reply is not None and run.reply.confirmed is not None:
-            used[0] = run.reply.memory
-            return run.reply.confirmed, "", None
+            return run.reply, "", None
         error = what_happened(run, exceeded)
         return None, error, int(named[0]) if named[0].isdigit() else None

@@ -76,6 +76,12 @@ class Outcome:
     compared: bool = False
     """Whether any values were compared (the errors mean nothing before that)."""
 
+    def evidence(self) -> dict:
+        """What the trials found, as ``EvalResult`` and ``Confirmed`` record it."""
+        return {"trials": self.trials, "trials_passed": self.trials_passed,
+                "max_abs_err": self.max_abs_err if self.compared else None,
+                "max_rel_err": self.max_rel_err if self.compared else None}
+
 
 def tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None,
               preset: str = "strict") -> tuple[float, float]:

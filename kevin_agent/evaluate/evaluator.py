@@ -39,7 +39,7 @@ from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
 from ..results import EvalResult, Stage, Status
 from ..task import Task, TaskProbe
 from . import cache, memory, reference
-from .confirm import Confirming
+from .confirm import EvaluatorConfirmation
 from .gate import DeviceGate, GaveUp, Holding
 from .jobs import INTERRUPTED, Assignment
 from .logs import tail, trim_compile_error
@@ -59,7 +59,7 @@ class _Build:
     status: Status = Status.COMPILE_ERROR
 
 
-class LocalEvaluator(Confirming):
+class LocalEvaluator(EvaluatorConfirmation):
     """Evaluates candidates for one task on this machine (implements ``protocols.Evaluator``)."""
 
     def __init__(self, task: Task, settings: EvalSettings) -> None:

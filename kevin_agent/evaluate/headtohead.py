@@ -38,13 +38,14 @@ import torch
 
 from ..results import Confirmed, Stage
 from . import meter
-from .candidate import RuleBroken, check_trials, device_name, new_model, physical_floor, recheck, versions
+from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
+                        refuse_hidden_work, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
 from .jobs import Assignment, Job, WorkerReply
 from .plausibility import implausibility
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
-from .timing import Runs, Timer, hidden_work, hidden_work_refusal
+from .timing import Runs, Timer
 from .trials import ReferenceChanged, Trials, read_meta
 
 MIN_ROUNDS = 20
@@ -240,14 +241,12 @@ class Confirming:
     def _after(self, kernel: Kernel, reference: Timed, compiled: Timed | None, overhead_ms: float) -> None:
         timed = kernel.timed
         runtime = timed.runs.stream
-        sync_check = hidden_work(timed.runs, overhead_ms) if self.device == "cuda" else None
-        if sync_check is not None and (refusal := hidden_work_refusal(sync_check, runtime)):
-            raise RuleBroken(refusal)
+        refuse_hidden_work(timed.runs, overhead_ms, self.device)
         moved = recheck(self.s, self.trials, kernel.model, self.timing, kernel.outcome)
         floor = physical_floor(self.s, self.trials, moved)
         flags = []
         if self.s.compare_compile and compiled is None:
-            flags.append(f"torch.compile of the reference failed, not compared: {self.compile_error}")
+            flags.append(compile_failed(self.compile_error))
         if (flag := implausibility(runtime.median_ms, floor)) is not None:
             flags.append(flag)
         ratios = _ratios(reference.stream_ms, timed.stream_ms)
@@ -258,12 +257,7 @@ class Confirming:
             vs_compile_ci95=list(median_interval(vs_compile)) if vs_compile else None, runs=len(ratios),
             runtime=runtime, reference=reference.runs.stream,
             compiled_reference=compiled.runs.stream if compiled is not None else None,
-            implausible=flag is not None, floor=floor, flags=flags, **self._evidence(kernel))
-
-    def _evidence(self, kernel: Kernel) -> dict:
-        o = kernel.outcome
-        return dict(trials=o.trials, trials_passed=o.trials_passed, max_abs_err=o.max_abs_err if o.compared else None,
-                    max_rel_err=o.max_rel_err if o.compared else None)
+            implausible=flag is not None, floor=floor, flags=flags, **kernel.outcome.evidence())
 
     def finish(self, reference: Timed, compiled: Timed | None, overhead_ms: float) -> list[Confirmed]:
         for kernel in self.kernels:
@@ -271,7 +265,7 @@ class Confirming:
                 self.stage(Stage.CORRECTNESS)
                 self._guarded(kernel, lambda k=kernel: self._after(k, reference, compiled, overhead_ms))
         return [k.verdict if k.alive and k.verdict is not None else
-                Confirmed(verified=False, error=k.error or "not confirmed", **self._evidence(k))
+                Confirmed(verified=False, error=k.error or "not confirmed", **k.outcome.evidence())
                 for k in self.kernels]
 
 

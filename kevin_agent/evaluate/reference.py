@@ -18,7 +18,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -146,32 +146,41 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
         return Limit(cap, f"run_timeout_s = {cap:g} s")
     if not ref.answers_stored:  # the reference runs after the candidate, twice per trial
         calls += {"correctness": 2 * settings.correctness_trials, "timing": 3}.get(phase, 0)
-    floor, factor = settings.stage_floor_s, settings.stage_time_factor
     per_call = ref.call_s if phase == "timing" else ref.eager.median_ms / 1e3
-    seconds = floor + factor * calls * per_call
-    how = (f"stage_floor_s {floor:g} s + stage_time_factor {factor:g} x {calls} calls x {per_call * 1e3:.3g} ms, "
-           "the reference's own time per call")
-    if (moved := _moved_s(phase, settings, ref)) >= 0.05:
-        seconds += moved
-        how += f" + {moved:.3g} s to draw the inputs again and copy them to the device"
+    extra = [moved_inputs(phase, settings, ref)]
     if phase == "timing" and settings.device == "cuda":
         # The CUDA-graph column: reference and candidate each replay a graph of at most
         # GRAPH_CALLS calls, or about GRAPH_TARGET_S of work, (timed_runs // 4, at least 5) times
         # after warm-up and capture (evaluate/graphs.py).
         replays = max(5, settings.timed_runs // 4) + 4
         ref_s = ref.eager.median_ms / 1e3
-        graphs = replays * (GRAPH_CALLS * ref_s + max(GRAPH_TARGET_S, factor * ref_s))
-        seconds += graphs
-        how += f" + {graphs:.3g} s for the CUDA-graph replays"
+        graphs = replays * (GRAPH_CALLS * ref_s + max(GRAPH_TARGET_S, settings.stage_time_factor * ref_s))
+        extra.append((graphs, "for the CUDA-graph replays"))
+    return scaled_limit(settings, calls, per_call, extra)
+
+
+def scaled_limit(settings: EvalSettings, calls: int, per_call_s: float,
+                 extra: Sequence[tuple[float, str]] = ()) -> Limit:
+    """``stage_floor_s`` plus ``stage_time_factor`` times ``calls`` calls of ``per_call_s`` (the
+    reference's own time per call), plus each ``extra`` (seconds, what for) that is worth naming,
+    capped at ``run_timeout_s``."""
+    floor, factor, cap = settings.stage_floor_s, settings.stage_time_factor, settings.run_timeout_s
+    seconds = floor + factor * calls * per_call_s
+    how = (f"stage_floor_s {floor:g} s + stage_time_factor {factor:g} x {calls} calls x {per_call_s * 1e3:.3g} ms, "
+           "the reference's own time per call")
+    for more, what in extra:
+        if more >= 0.05:
+            seconds += more
+            how += f" + {more:.3g} s {what}"
     if seconds > cap:
         return Limit(cap, f"{how}, capped at run_timeout_s = {cap:g} s")
     return Limit(seconds, how)
 
 
-def _moved_s(phase: str, settings: EvalSettings, ref: ReferenceData) -> float:
+def moved_inputs(phase: str, settings: EvalSettings, ref: ReferenceData) -> tuple[float, str]:
     """Four times what drawing a stage's inputs again (when not stored) and copying them (and stored
-    answers) to the device takes: large tasks spend seconds on it that have nothing to do with the
-    candidate."""
+    answers) to the device takes, and what for: large tasks spend seconds on it that have nothing to
+    do with the candidate."""
     draws = {"correctness": settings.correctness_trials + 1, "timing": 3}.get(phase, 0)
     seconds = draws * ref.draw_s
     if ref.transfer_bytes_per_s > 0:
@@ -179,4 +188,4 @@ def _moved_s(phase: str, settings: EvalSettings, ref: ReferenceData) -> float:
         answer = ref.output_bytes // max(sum(s.expected for s in ref.sets), 1) if ref.answers_stored else 0
         copies = {"correctness": 2 * settings.correctness_trials + 1, "timing": 4}.get(phase, 0)
         seconds += copies * (per_set + answer) / ref.transfer_bytes_per_s
-    return 4 * seconds
+    return 4 * seconds, "to draw the inputs again and copy them to the device"

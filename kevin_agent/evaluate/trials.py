@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..results import TimingStats
+from . import meter
 from .correctness import leaves, nbytes_of, poisoned_memory, sync
 from .fingerprint import digest
 from .jobs import Job
@@ -268,8 +269,9 @@ class Trials:
         return out
 
     def poison_bytes(self) -> int:
-        """Memory to poison before each trial (``memory.poison_bytes``)."""
-        return poison_bytes(self.meta.footprint, None, lean=self.lean)
+        """Memory to poison before each trial (``memory.poison_bytes``), within what the device has
+        room for now: half of it, a quarter when ``lean``."""
+        return poison_bytes(self.meta.footprint, meter.room(self.device), lean=self.lean)
 
     def input_set(self, name: str) -> InputSet:
         return self.meta.input_set(name)
