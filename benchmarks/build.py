@@ -5,7 +5,7 @@ Usage: python benchmarks/build.py [--device cpu|cuda|both] [--limit N] [--jobs N
 
 Each kernel (the code of every response in examples/*.{device}.jsonl that calls load_inline)
 is built twice in a fresh worker process and a fresh folder, one build after the other:
-plainly, then the fast way (``kevin_agent.evaluate.build``). The fast builds share one
+plainly, then the fast way (``kevin_agent.evaluate.toolchain.build``). The fast builds share one
 toolchain folder, warmed first (the precompiled header and the light header are made once
 per toolchain; that one-time cost is printed on its own line). Times are wall seconds of the
 whole worker (Python, torch import, build, import of the extension), as the evaluator sees
@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kevin_agent.evaluate.build import build_fast, build_plain, warm  # noqa: E402
-from kevin_agent.evaluate.cache import build_paths  # noqa: E402
+from kevin_agent.evaluate.parent.builds import build_once, warm_toolchain  # noqa: E402
+from kevin_agent.evaluate.toolchain.cache import build_paths  # noqa: E402
 from kevin_agent.parsing import parse_response  # noqa: E402
 
 
@@ -54,14 +54,15 @@ def describe(folder: Path) -> str:
 
 def run(device: str, limit: int | None, jobs: int, root: Path) -> dict:
     todo = kernels(device)[:limit]
-    warm_s, warm_ok = warm(root / "fast", device)
+    warm_s, warm_ok = warm_toolchain(root / "fast", device)
     print(f"\n{device}: one-time warm-up (precompiled header, light header): {warm_s:.1f} s"
           f"{'' if warm_ok else ' (FAILED: see ' + str(root / 'fast' / 'warm' / 'warm.log') + ')'}", flush=True)
     print("| kernel | plain s | kevin-opt s | ratio | built | kevin-opt path |\n|---|---|---|---|---|---|", flush=True)
     def measure(item: tuple[int, tuple[str, str]]) -> dict:
         i, (label, source) = item
-        plain_s, plain_ok = build_plain(source, root / "plain" / f"k{i}", device)
-        fast_s, fast_ok = build_fast(source, root / "fast" / f"k{i}", device)
+        plain = build_once(source, root / "plain" / f"k{i}", device, fast=False)
+        fast = build_once(source, root / "fast" / f"k{i}", device, fast=True)
+        plain_s, plain_ok, fast_s, fast_ok = plain.compile_s, plain.ok, fast.compile_s, fast.ok
         ratio = fast_s / plain_s if plain_s else float("nan")
         path = describe(root / "fast" / f"k{i}")
         built = "both" if plain_ok and fast_ok else ("neither" if not plain_ok and not fast_ok else

@@ -189,8 +189,8 @@ def outside(task_path: str, candidate_path: str, build_dir: str, runs: int, call
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     import torch
 
-    from kevin_agent.evaluate.candidate import copy_parameters
-    from kevin_agent.evaluate.taskcode import import_file
+    from kevin_agent.evaluate.worker.candidate import copy_parameters
+    from kevin_agent.evaluate.worker.taskcode import import_file
 
     sys.path.insert(0, str(Path(task_path).parent))
     task = import_file(task_path, "bench_task")
@@ -270,7 +270,7 @@ def device_lock(cache_dir: Path):
 def measure_outside(task_path: Path, build_dir: Path, cache_dir: Path, runs: int, calls: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "outside", str(task_path),
            str(build_dir / "candidate.py"), str(build_dir), "--runs", str(runs), "--calls", str(calls)]
-    from kevin_agent.evaluate import cache
+    from kevin_agent.evaluate.toolchain import cache
 
     # The worker's build settings, so that load_inline finds the build instead of redoing it.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -318,7 +318,7 @@ def evaluator_for(case: dict, cache_dir: Path):
 
 
 def evaluate(case: dict, evaluator) -> tuple:
-    from kevin_agent.evaluate import cache
+    from kevin_agent.evaluate.toolchain import cache
 
     try:
         (result,) = evaluator.evaluate([case["source"]])

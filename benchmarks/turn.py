@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator, detect_device  # noqa: E402
-from kevin_agent.evaluate.evaluator import host_device_name  # noqa: E402
+from kevin_agent.evaluate.parent.evaluator import host_device_name  # noqa: E402
 from kevin_agent.results import EvalResult, Status  # noqa: E402
 from kevin_agent.task import load_task  # noqa: E402
 

@@ -84,7 +84,7 @@ class SyncCheck(BaseModel):
     hidden_ms: float
     """Median over runs of (synchronised time - stream time), less the overhead: work off the stream."""
     limit_ms: float
-    """Hidden work above this is refused (see ``evaluate/timing.py``)."""
+    """Hidden work above this is refused (see ``evaluate/worker/timing.py``)."""
 
 
 class GraphTiming(BaseModel):
@@ -311,7 +311,7 @@ class ConfirmedSpeedup(BaseModel):
 
 class Confirmed(BaseModel):
     """One kernel's second look at the end of a run: verified again on fresh seeds, then timed
-    head to head with the reference in rounds (``evaluate/headtohead.py``)."""
+    head to head with the reference in rounds (``evaluate/worker/confirmation.py``)."""
 
     trajectory: int | None = None
     turn: int | None = None

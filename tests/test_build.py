@@ -16,8 +16,9 @@ import pytest
 
 from .conftest import EXAMPLES
 from kevin_agent.config import EvalSettings, RunConfig, parallel_compiles_for
-from kevin_agent.evaluate import cache, light
-from kevin_agent.evaluate.build import Plan, build_fast, build_plain, needs_plain_retry, warm
+from kevin_agent.evaluate.toolchain import cache, light
+from kevin_agent.evaluate.parent.builds import build_once, warm_toolchain
+from kevin_agent.evaluate.toolchain.build import Plan, needs_plain_retry
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_ADD = (REPO / "prompts" / "examples" / "cpu_add.py").read_text()
@@ -53,7 +54,7 @@ def test_build_key_covers_the_build_path(monkeypatch):
     source = "print('kernel')"
     fast, plain = cache.build_key(source, "cpu", True), cache.build_key(source, "cpu", False)
     assert fast != plain and cache.build_key(source, "cpu") == fast
-    monkeypatch.setattr(light, "VERSION", light.VERSION + 1)
+    monkeypatch.setattr(cache, "FAST_PATH_VERSION", cache.FAST_PATH_VERSION + 1)
     assert cache.build_key(source, "cpu", True) not in (fast, plain)
 
 
@@ -68,7 +69,7 @@ def test_parallel_compiles_follow_cores_and_memory():
 
 
 def test_light_header_is_made_from_this_torch():
-    from kevin_agent.evaluate.pch import torch_include
+    from kevin_agent.evaluate.toolchain.headers import torch_include
 
     text = light.header_text(torch_include())
     assert "#include <ATen/core/Tensor.h>" in text and "#include <ATen/Dispatch.h>" in text
@@ -84,19 +85,19 @@ def test_light_header_is_made_from_this_torch():
 # --- cpu: precompiled header, for real --------------------------------------------------------
 @pytest.mark.slow
 def test_cpu_fast_build_uses_the_precompiled_header_and_builds_what_plain_builds(tmp_path):
-    warm_s, ready = warm(tmp_path / "fast", "cpu")
+    warm_s, ready = warm_toolchain(tmp_path / "fast", "cpu")
     assert ready, (tmp_path / "fast" / "warm" / "warm.log").read_text()
     assert list((tmp_path / "fast" / "toolchain").glob("pch-*/torch/extension.h.gch"))
 
     fast_dir, plain_dir = tmp_path / "fast" / "k", tmp_path / "plain" / "k"
-    _, fast_ok = build_fast(CPU_ADD, fast_dir, "cpu")
+    fast_ok = build_once(CPU_ADD, fast_dir, "cpu", fast=True).ok
     log = (fast_dir / "compile.log").read_text()
     assert fast_ok, log
     assert "[kevin-opt build] elementwise_add: fast build: precompiled torch/extension.h" in log
     assert "c++ -MMD" in log  # the compiler's own log is still there
     assert [(r["path"], r["pch"], r["light"]) for r in cache.build_paths(fast_dir)] == [("fast", True, False)]
 
-    _, plain_ok = build_plain(CPU_ADD, plain_dir, "cpu")
+    plain_ok = build_once(CPU_ADD, plain_dir, "cpu", fast=False).ok
     assert plain_ok, (plain_dir / "compile.log").read_text()
     # gcc took the header from the .gch: the same object, byte for byte
     assert (fast_dir / "elementwise_add" / "main.o").read_bytes() == \
@@ -104,7 +105,7 @@ def test_cpu_fast_build_uses_the_precompiled_header_and_builds_what_plain_builds
 
     # A plain load_inline of the same source in the same folder (as the run stage does)
     # finds the fast build up to date.
-    _, again_ok = build_plain(CPU_ADD, fast_dir, "cpu")
+    again_ok = build_once(CPU_ADD, fast_dir, "cpu", fast=False).ok
     assert again_ok and "ninja: no work to do" in (fast_dir / "compile.log").read_text()
 
 
@@ -182,7 +183,7 @@ def _example_kernels() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def gpu_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fast-builds")
-    _, ready = warm(root, "cuda")
+    _, ready = warm_toolchain(root, "cuda")
     assert ready, (root / "warm" / "warm.log").read_text()
     return root
 
@@ -192,11 +193,11 @@ def gpu_root(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(("label", "source"), _example_kernels(), ids=lambda v: v if len(v) < 40 else "")
 def test_gpu_example_kernel_builds_fast_with_light_headers_and_stays_built(label, source, gpu_root):
     folder = gpu_root / label
-    _, ok = build_fast(source, folder, "cuda")
+    ok = build_once(source, folder, "cuda", fast=True).ok
     log = (folder / "compile.log").read_text()
     assert ok, log
     assert [(r["path"], r["pch"], r["light"]) for r in cache.build_paths(folder)] == [("fast", True, True)], log
-    _, again = build_plain(source, folder, "cuda")
+    again = build_once(source, folder, "cuda", fast=False).ok
     assert again and "ninja: no work to do" in (folder / "compile.log").read_text()
 
 
@@ -233,7 +234,7 @@ class ModelNew(nn.Module):
 @pytest.mark.slow
 def test_gpu_source_that_needs_the_full_headers_is_built_plainly_after_the_light_build_fails(gpu_root):
     folder = gpu_root / "needs-full"
-    _, ok = build_fast(NEEDS_FULL, folder, "cuda")
+    ok = build_once(NEEDS_FULL, folder, "cuda", fast=True).ok
     log = (folder / "compile.log").read_text()
     assert ok, log
     assert "the fast build failed" in log and "needs_full: plain build after the fast one failed\n" in log
@@ -248,7 +249,7 @@ def test_gpu_source_that_needs_the_full_headers_is_built_plainly_after_the_light
 def test_gpu_genuine_compile_error_reports_the_plain_builds_error(gpu_root):
     broken = NEEDS_FULL.replace("auto r = torch::relu(x);", "auto r = x; int oops = ;")
     folder = gpu_root / "broken"
-    _, ok = build_fast(broken, folder, "cuda")
+    ok = build_once(broken, folder, "cuda", fast=True).ok
     log = (folder / "compile.log").read_text()
     assert not ok
     assert "the fast build failed" in log and "error" in log.split("the fast build failed", 1)[1]

@@ -21,7 +21,7 @@ from kevin_agent.config import RunConfig
 from kevin_agent.confirmation import candidates, confirmation_key, current, winner
 from kevin_agent.delivery import plan_delivery
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
-from kevin_agent.evaluate.headtohead import MIN_ROUNDS, median_interval
+from kevin_agent.evaluate.worker.confirmation import MIN_ROUNDS, median_interval
 from kevin_agent.formatting import confirmed_line
 from kevin_agent.kernel_module import render_kernel_module
 from kevin_agent.launch import start_run

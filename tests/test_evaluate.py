@@ -18,8 +18,8 @@ from kevin_agent.config import RunConfig
 from kevin_agent.errors import EnvironmentUnavailable, TaskError
 from kevin_agent.evaluate import memory
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator, detect_device
-from kevin_agent.evaluate.logs import trim_compile_error
-from kevin_agent.evaluate.pool import scrubbed_env
+from kevin_agent.evaluate.parent.logs import trim_compile_error
+from kevin_agent.evaluate.parent.pool import scrubbed_env
 from kevin_agent.results import Stage, Status
 from kevin_agent.task import load_task
 
@@ -186,7 +186,7 @@ def test_identical_source_hits_the_build_cache(cpp_batch, cpu_evaluator):
 def test_a_build_ninja_would_redo_is_not_taken_from_the_cache(cpp_batch, cpu_settings):
     """A stale build (a source newer than its object, another ninja's log) is rebuilt as a build,
     never in the worker that loads it, where it would run into the load stage's limit."""
-    from kevin_agent.evaluate import cache
+    from kevin_agent.evaluate.toolchain import cache
 
     folder = cpu_settings.cache_dir / cache.build_key(runtime_source("honest_cpp"), "cpu")
     assert cache.is_built(folder) and cache.up_to_date(folder)
@@ -249,7 +249,7 @@ def test_returning_an_input_is_rejected(python_batch):
     ("try_fallback", Status.CHECK_FAILED, "aten::mul"),
     ("patch_perf_counter", Status.CHECK_FAILED, "[no-monkeypatch] after loading, the candidate had rebound "
                                                 "time.perf_counter"),
-    ("patch_compare", Status.CHECK_FAILED, "kevin_agent.evaluate.correctness.compare"),
+    ("patch_compare", Status.CHECK_FAILED, "kevin_agent.evaluate.worker.correctness.compare"),
     ("lazy_subclass", Status.INCORRECT, "output is a Lazy, a torch.Tensor subclass"),
     ("late_thread", Status.INCORRECT, "got nan"),
     ("constant_output", Status.INCORRECT, "differ beyond atol"),
@@ -322,7 +322,7 @@ def test_hang_times_out_kills_the_group_and_the_next_candidate_runs(tmp_path, sc
 # --- correctness internals ----------------------------------------------------------------
 def test_tolerances_per_dtype_and_overrides():
     torch = pytest.importorskip("torch")
-    from kevin_agent.evaluate.correctness import Mismatch, Outcome, compare, tolerance
+    from kevin_agent.evaluate.worker.correctness import Mismatch, Outcome, compare, tolerance
 
     assert tolerance(torch.float32, None, None) == (1e-4, 1e-4)
     assert tolerance(torch.float16, None, None) == (1e-2, 1e-2)

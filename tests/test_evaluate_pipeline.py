@@ -15,7 +15,7 @@ import pytest
 
 from .evalfixtures import TASK_SOURCE, eval_root, runtime_source, scale_task, write_task  # noqa: F401  (fixtures)
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
-from kevin_agent.evaluate.gate import DeviceGate, GaveUp
+from kevin_agent.evaluate.parent.gate import DeviceGate, GaveUp
 from kevin_agent.protocols import Evaluator
 from kevin_agent.results import Stage, Status
 from kevin_agent.task import load_task

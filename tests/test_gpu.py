@@ -58,7 +58,7 @@ def test_the_gpu_peak_is_the_allocators_and_stays_within_the_plan(tricks_results
 def test_poisoning_grows_the_allocator_by_at_most_half_of_what_is_free():
     import torch
 
-    from kevin_agent.evaluate.correctness import poison_free_blocks
+    from kevin_agent.evaluate.worker.correctness import poison_free_blocks
 
     free, _ = torch.cuda.mem_get_info()
     before = torch.cuda.memory_reserved()

@@ -392,7 +392,7 @@ async def test_c_under_no_commit_writes_and_never_commits(tmp_path):
 
 @pytest.mark.slow
 async def test_no_at_the_end_leaves_the_tree_alone_and_a_better_kernel_is_asked_about(tmp_path):
-    from kevin_agent.evaluate.cache import cpu_name
+    from kevin_agent.evaluate.toolchain.cache import cpu_name
 
     repo = make_project(tmp_path / "proj", [RESPONSES[2]])
     better = (f'# kevin-opt-kernel: {{"speedup": 99.0, "device": "cpu", "device_name": {json.dumps(cpu_name())}, '

@@ -14,7 +14,7 @@ from kevin_agent.errors import TaskError
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
 from kevin_agent.evaluate import memory
 from kevin_agent.evaluate.memory import GiB, Footprint
-from kevin_agent.evaluate.taskcode import TaskProblem, call_factory
+from kevin_agent.evaluate.worker.taskcode import TaskProblem, call_factory
 from kevin_agent.task import load_task
 
 from .clihelp import kevin

@@ -16,10 +16,10 @@ from .run_records import correct, run_info, write_task  # noqa: E402
 from kevin_agent.cli import build_parser  # noqa: E402
 from kevin_agent.commands import config_overrides  # noqa: E402
 from kevin_agent.config import load_config  # noqa: E402
-from kevin_agent.evaluate.correctness import Mismatch, Outcome, compare, set_reference_tf32, tolerance  # noqa: E402
-from kevin_agent.evaluate.graphs import graph_column  # noqa: E402
+from kevin_agent.evaluate.worker.correctness import Mismatch, Outcome, compare, set_reference_tf32, tolerance  # noqa: E402
+from kevin_agent.evaluate.worker.graphs import graph_column  # noqa: E402
 from kevin_agent.evaluate.plausibility import BANDWIDTH_HEADROOM, implausibility, runtime_floor  # noqa: E402
-from kevin_agent.evaluate.timing import (HIDDEN_ABS_MS, HIDDEN_REL, NotCapturable, Runs, Timer,  # noqa: E402
+from kevin_agent.evaluate.worker.timing import (HIDDEN_ABS_MS, HIDDEN_REL, NotCapturable, Runs, Timer,  # noqa: E402
                                          graph_calls, hidden_work, hidden_work_refusal)
 from kevin_agent.formatting import fmt_graph, fmt_tolerance  # noqa: E402
 from kevin_agent.kernel_module import header_lines  # noqa: E402

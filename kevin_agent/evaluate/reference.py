@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -26,9 +27,16 @@ from pydantic import BaseModel, Field
 from ..config import EvalSettings
 from ..results import TimingStats
 from ..task import Task
-from . import cache
+from .toolchain import cache
 from .memory import Footprint
-from .pool import Limit
+
+@dataclass(frozen=True)
+class Limit:
+    """How long a phase of a worker may run, and how that number came about (for the feedback)."""
+
+    seconds: float
+    how: str
+
 
 FORMAT = 2
 META = "meta.json"
@@ -151,7 +159,7 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
     if phase == "timing" and settings.device == "cuda":
         # The CUDA-graph column: reference and candidate each replay a graph of at most
         # GRAPH_CALLS calls, or about GRAPH_TARGET_S of work, (timed_runs // 4, at least 5) times
-        # after warm-up and capture (evaluate/graphs.py).
+        # after warm-up and capture (evaluate/worker/graphs.py).
         replays = max(5, settings.timed_runs // 4) + 4
         ref_s = ref.eager.median_ms / 1e3
         graphs = replays * (GRAPH_CALLS * ref_s + max(GRAPH_TARGET_S, settings.stage_time_factor * ref_s))

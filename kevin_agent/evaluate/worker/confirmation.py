@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..results import Confirmed, Stage
+from ...results import Confirmed, Stage
 from . import meter
 from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
                         refuse_hidden_work, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
-from .jobs import Assignment, Job, WorkerReply
-from .plausibility import implausibility
+from ..jobs import Assignment, Job, WorkerReply
+from ..plausibility import implausibility
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
 from .timing import Runs, Timer
 from .trials import ReferenceChanged, Trials, read_meta

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..results import GraphTiming, TimingStats
+from ...results import GraphTiming, TimingStats
 from .correctness import Mismatch, Outcome, clone_all, compare, leaves, nbytes_of
 from .timing import GraphRun, NotCapturable, Timer, graph_calls, reason
 

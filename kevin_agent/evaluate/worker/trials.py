@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from ..results import TimingStats
+from ...results import TimingStats
 from . import meter
 from .correctness import leaves, nbytes_of, poisoned_memory, sync
 from .fingerprint import digest
-from .jobs import Job
-from .memory import Footprint, poison_bytes
-from .reference import (INPUTS, META, OUTPUTS, STORE_ANSWERS_BYTES, STORE_INPUTS_BYTES, InputSet, ReferenceData,
+from ..jobs import Job
+from ..memory import Footprint, poison_bytes
+from ..reference import (INPUTS, META, OUTPUTS, STORE_ANSWERS_BYTES, STORE_INPUTS_BYTES, InputSet, ReferenceData,
                         input_plan, read)
 from .taskcode import TaskProblem, describe, make_inputs, to_device
 from .timing import Timer

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from ..results import SyncCheck, TimingStats
+from ...results import SyncCheck, TimingStats
 
 _perf_counter = time.perf_counter
 _median = statistics.median

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from ..task import TensorSpec
-from .jobs import Job
-from .memory import is_out_of_memory
+from ...task import TensorSpec
+from ..jobs import Job
+from ..memory import is_out_of_memory
 
 DISTRIBUTIONS = ("as-given", "rescaled")
 

@@ -1,7 +1,7 @@
 """Parent side of a worker: start it isolated, follow its stages, answer its requests, enforce
 its time limits.
 
-Each worker runs ``python -m kevin_agent.evaluate.worker JOB.json`` in a new session (so the
+Each worker runs ``python -m kevin_agent.evaluate.worker.main JOB.json`` in a new session (so the
 whole process group, compiler children included, can be killed), with a scrubbed environment,
 its stdout/stderr captured to a log in its own temporary folder, and two pipes (see ``jobs``).
 The parent never imports the candidate and never touches the GPU.
@@ -26,8 +26,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results import Stage, StageTimes
-from .jobs import WANT, Job, WorkerReply
+from ...results import Stage, StageTimes
+from ..reference import Limit
+from ..jobs import WANT, Job, WorkerReply
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",
@@ -47,14 +48,6 @@ def scrubbed_env(extra: dict[str, str] | None = None, environ: dict[str, str] | 
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
-
-
-@dataclass(frozen=True)
-class Limit:
-    """How long a phase of a worker may run, and how that number came about (for the feedback)."""
-
-    seconds: float
-    how: str
 
 
 class StageClock:
@@ -176,7 +169,7 @@ class WorkerProcess:
         try:
             with open(self.log_path, "wb") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "kevin_agent.evaluate.worker", str(job_path)],
+                    [sys.executable, "-m", "kevin_agent.evaluate.worker.main", str(job_path)],
                     cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, pass_fds=(progress_w, control_r),
                 )

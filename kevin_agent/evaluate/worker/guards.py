@@ -35,11 +35,11 @@ ALLOWED_OPS = set(
 _AUDITED_NAMESPACES = ("aten", "prims")
 
 _GUARDED_MODULES = ("torch", "torch._C", "torch.cuda", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension",
-                    "time", "statistics", "builtins", "kevin_agent.evaluate.correctness",
-                    "kevin_agent.evaluate.timing", "kevin_agent.evaluate.worker",
-                    "kevin_agent.evaluate.candidate", "kevin_agent.evaluate.trials",
-                    "kevin_agent.evaluate.headtohead",
-                    "kevin_agent.evaluate.taskcode", "kevin_agent.evaluate.guards", "__main__")
+                    "time", "statistics", "builtins", "kevin_agent.evaluate.worker.correctness",
+                    "kevin_agent.evaluate.worker.timing", "kevin_agent.evaluate.worker.main",
+                    "kevin_agent.evaluate.worker.candidate", "kevin_agent.evaluate.worker.trials",
+                    "kevin_agent.evaluate.worker.confirmation",
+                    "kevin_agent.evaluate.worker.taskcode", "kevin_agent.evaluate.worker.guards", "__main__")
 
 
 def _guarded_namespaces() -> list[tuple[str, object]]:
@@ -50,9 +50,9 @@ def _guarded_namespaces() -> list[tuple[str, object]]:
             out.append((name, module))
     classes = [("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
                ("torch.nn.Module", torch.nn.Module), ("torch.cuda.Event", torch.cuda.Event)]
-    trials = sys.modules.get("kevin_agent.evaluate.trials")
+    trials = sys.modules.get("kevin_agent.evaluate.worker.trials")
     if trials is not None:  # hands out the reference's stored answers
-        classes.append(("kevin_agent.evaluate.trials.Trials", trials.Trials))
+        classes.append(("kevin_agent.evaluate.worker.trials.Trials", trials.Trials))
     event_base = getattr(torch._C, "_CudaEventBase", None)
     if isinstance(event_base, type):
         classes.append(("torch._C._CudaEventBase", event_base))

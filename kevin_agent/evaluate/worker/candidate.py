@@ -12,17 +12,17 @@ from collections.abc import Callable
 
 import torch
 
-from ..config import EvalSettings
-from ..results import EvalResult, GraphTiming, RuntimeFloor, Stage, Status, SyncCheck
-from .cache import cpu_name
+from ...config import EvalSettings
+from ...results import EvalResult, GraphTiming, RuntimeFloor, Stage, Status, SyncCheck
+from ..toolchain.cache import cpu_name
 from . import meter
 from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import graph_column
-from .memory import graph_fits
+from ..memory import graph_fits
 from .guards import Integrity, audit_ops
-from .jobs import Job, WorkerReply
-from .plausibility import bandwidth, implausibility, runtime_floor
+from ..jobs import Job, WorkerReply
+from ..plausibility import bandwidth, implausibility, runtime_floor
 from .taskcode import TaskProblem, call_factory, describe, import_file
 from .timing import GRAPH_MAX_OUTPUT_BYTES, Runs, Timer, hidden_work, hidden_work_refusal
 from .trials import ReferenceChanged, Trials

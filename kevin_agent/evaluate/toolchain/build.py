@@ -37,8 +37,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VERSION = 1
-"""Changes whenever the fast path changes what a build reads (part of the build cache key)."""
+from . import light, pch
+from .headers import as_list
+
 PATHS_FILE = "kevin-build-paths.jsonl"
 NOTE = "[kevin-opt build]"
 NVCC_THREADS = "-t 2"
@@ -79,16 +80,8 @@ class Plan:
         return "fast build: " + (", ".join(parts) if parts else "nothing to speed up")
 
 
-def as_list(value) -> list[str]:
-    if not value:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
 def make_plan(arguments: dict, shared: Path) -> tuple[Plan, Callable[[], None]]:
     """The plan for one call, and a function that finishes whatever the plan started."""
-    from . import light, pch
-
     plan = Plan()
     cuda = as_list(arguments.get("cuda_sources"))
     finish: Callable[[], None] = lambda: None
@@ -185,8 +178,6 @@ def needs_plain_retry(log: str, plan: Plan) -> bool:
 
 def fast_load_inline(call: Callable[[], object], arguments: dict, shared: Path | None = None):
     """Run one ``load_inline`` call the fast way, falling back to a plain build."""
-    from . import light
-
     shared = shared or shared_dir()
     name = str(arguments.get("name", "extension"))
     start = time.monotonic()
@@ -265,58 +256,7 @@ def building(fast: bool = True) -> Iterator[None]:
         cpp.load_inline = original
 
 
-# --- measuring and warming, from the parent side (no torch here) ---------------------------
-def _worker_build(source: str, folder: Path, device: str, fast: bool, timeout_s: float) -> tuple[float, bool]:
-    from ..config import EvalSettings
-    from . import cache
-    from .pool import run_worker, scrubbed_env
-
-    folder.mkdir(parents=True, exist_ok=True)
-    candidate = folder / "candidate.py"
-    candidate.write_text(source, encoding="utf-8")
-    env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(device)})
-    settings = EvalSettings(device=device, fast_build=fast, compile_timeout_s=timeout_s, cache_dir=folder.parent)
-    run = run_worker(dict(mode="compile", settings=settings, candidate_path=str(candidate)), env=env,
-                     timeout_s=timeout_s)
-    (folder / "compile.log").write_text(run.log, encoding="utf-8")
-    return run.wall_s, run.reply is not None and run.reply.ok
-
-
-def build_plain(source: str, folder: Path, device: str = "cuda", timeout_s: float = 600) -> tuple[float, bool]:
-    """Build a candidate (its Python source) the way a plain ``load_inline`` does, in a worker
-    process with ``folder`` as its extensions folder: (wall seconds, built). The log is left
-    in ``folder/compile.log``."""
-    return _worker_build(source, folder, device, False, timeout_s)
-
-
-def build_fast(source: str, folder: Path, device: str = "cuda", timeout_s: float = 600) -> tuple[float, bool]:
-    """``build_plain`` the way kevin-opt builds. Precompiled headers live beside ``folder``
-    (``folder.parent / "toolchain"``): ``warm`` that root first to leave their one-time cost out."""
-    return _worker_build(source, folder, device, True, timeout_s)
-
-
-def warm(root: Path, device: str = "cuda", timeout_s: float = 900) -> tuple[float, bool]:
-    """Make, under ``root/toolchain``, the precompiled header for the common flag set of the
-    device's candidates (no extra flags on cuda, ``-O3`` on cpu, as the prompt's examples)
-    and the light header: (wall seconds, ready)."""
-    import subprocess
-
-    from . import cache
-    from .pool import scrubbed_env
-
-    folder = root / "warm"
-    folder.mkdir(parents=True, exist_ok=True)
-    env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(device)})
-    start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "kevin_agent.evaluate.build", "warm", device], env=env,
-                         capture_output=True, text=True, timeout=timeout_s, check=False)
-    (folder / "warm.log").write_text(out.stdout + out.stderr, encoding="utf-8")
-    return time.monotonic() - start, out.returncode == 0
-
-
 def _warm_here(device: str) -> int:
-    from . import light, pch
-
     arguments = {"name": "kevin_warm", "cpp_sources": "", "functions": [],
                  "cuda_sources": "__global__ void k() {}" if device == "cuda" else None,
                  "extra_cflags": ["-O3"] if device == "cpu" else None}
@@ -337,4 +277,4 @@ def _warm_here(device: str) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["warm"] and len(sys.argv) == 3:
         sys.exit(_warm_here(sys.argv[2]))
-    sys.exit("usage: python -m kevin_agent.evaluate.build warm cpu|cuda")
+    sys.exit("usage: python -m kevin_agent.evaluate.toolchain.build warm cpu|cuda")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import torch
 
-from ..config import EvalSettings
-from ..formatting import gib
-from ..results import MemoryUse
-from . import memory
+from ...config import EvalSettings
+from ...formatting import gib
+from ...results import MemoryUse
+from .. import memory
 from .correctness import nbytes_of
-from .memory import Footprint
+from ..memory import Footprint
 from .taskcode import to_device
 
 

@@ -27,14 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .headers import as_list, torch_include
+
 MAX_KEPT = 4
 GCH = "extension.h.gch"
-
-
-def torch_include() -> Path:
-    import torch
-
-    return Path(torch.__file__).parent / "include"
 
 
 def _ninja_variables(text: str) -> dict[str, str]:
@@ -50,8 +46,6 @@ def bindings_command(arguments: dict) -> list[str] | None:
     """The compiler and flags ``load_inline`` will compile ``main.cpp`` with, less its name,
     read from the ninja file PyTorch writes for these arguments (None where it cannot)."""
     import torch.utils.cpp_extension as cpp
-
-    from .build import as_list
 
     writer = getattr(cpp, "_write_ninja_file_to_build_library", None)
     if writer is None:

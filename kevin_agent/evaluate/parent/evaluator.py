@@ -29,37 +29,27 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import EvalSettings
-from ..errors import EnvironmentUnavailable, EvaluationOutOfMemory, KevinError, TaskError
-from ..protocols import CandidateStageCallback, OutputCallback, StageCallback
-from ..results import EvalResult, Stage, Status
-from ..task import Task, TaskProbe
-from . import cache, memory, reference
-from .confirm import EvaluatorConfirmation
+from ...config import EvalSettings
+from ...errors import EnvironmentUnavailable, EvaluationOutOfMemory, KevinError, TaskError
+from ...protocols import CandidateStageCallback, OutputCallback, StageCallback
+from ...results import Confirmation, EvalResult, Stage, Status
+from ...task import Task, TaskProbe
+from ..toolchain import cache
+from .. import memory
+from .. import reference
+from .builds import Build, Builds, acquire, warm_toolchain
+from .confirmation import Confirmations
 from .gate import DeviceGate, GaveUp, Holding
-from .jobs import INTERRUPTED, Assignment
+from ..jobs import INTERRUPTED, Assignment
 from .logs import tail, trim_compile_error
-from .memory import Footprint
+from ..memory import Footprint
 from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
 from .warm import WarmPool, WorkerFailed
 
-@dataclass
-class _Build:
-    ok: bool
-    folder: Path
-    cached: bool = False
-    compile_s: float = 0.0
-    log: str = ""
-    error: str = ""
-    status: Status = Status.COMPILE_ERROR
-
-
-class LocalEvaluator(EvaluatorConfirmation):
+class LocalEvaluator:
     """Evaluates candidates for one task on this machine (implements ``protocols.Evaluator``)."""
 
     def __init__(self, task: Task, settings: EvalSettings) -> None:
@@ -75,10 +65,10 @@ class LocalEvaluator(EvaluatorConfirmation):
         self.scratch = Path(tempfile.mkdtemp(prefix="kevin-eval-"))
         """Every worker's folder lives under here, and goes when the worker does."""
         self.gate = DeviceGate(self.settings.cache_dir / f".{self.device}.lock")
-        self._build_slots = threading.BoundedSemaphore(settings.parallel_compiles)
-        self._builds: dict[str, Future[_Build]] = {}
-        self._builds_lock = threading.Lock()
-        self._workers = WorkerSet()
+        self.workers_running = WorkerSet()
+        """Every worker and compiler this evaluator has running (all killed at once on abort)."""
+        self.builds = Builds(settings, job=lambda: self.job("compile"), env=self.env, scratch=self.scratch,
+                             registry=self.workers_running, hold=self.gate.pausable, aborted=self._aborted)
         self._threads: set[threading.Thread] = set()
         self.reference: reference.ReferenceData | None = None
         """The task's reference data (after ``probe``)."""
@@ -93,13 +83,20 @@ class LocalEvaluator(EvaluatorConfirmation):
         self._run_slots = threading.BoundedSemaphore(workers)
         self.pool = WarmPool(self._start_run_worker, size=workers, gate=self.gate, give_up=self._aborted.is_set,
                              prep_limit=Limit(settings.run_timeout_s, f"run_timeout_s = {settings.run_timeout_s:g} s"),
-                             registry=self._workers, room=self._gpu_room, share_device=self.device == "cuda")
+                             registry=self.workers_running, room=self._gpu_room, share_device=self.device == "cuda")
         self._room_checked = (0.0, True)
+        self.confirmations = Confirmations(self)
         # Waiting workers exit when their pipe closes; this stops them sooner, and at exit.
         self._finalizer = weakref.finalize(self, _close_quietly, self.pool, self.scratch)
 
+    @property
+    def aborted(self) -> bool:
+        """The evaluator was aborted: every wait gives up, every pending result is interrupted."""
+        return self._aborted.is_set()
+
     # --- environment ---------------------------------------------------------------------
-    def _env(self, build_folder: Path | None) -> dict[str, str]:
+    def env(self, build_folder: Path | None) -> dict[str, str]:
+        """A worker's environment: scrubbed, with its extensions folder and the toolchain's variables."""
         # One compile thread: inductor's process pool costs more to start than a small graph takes.
         extra = {"TORCHINDUCTOR_CACHE_DIR": str(self.settings.cache_dir / "inductor"),
                  "TORCHINDUCTOR_COMPILE_THREADS": "1"}
@@ -111,7 +108,8 @@ class LocalEvaluator(EvaluatorConfirmation):
             extra["CUDA_VISIBLE_DEVICES"] = self.settings.visible_devices
         return scrubbed_env(extra)
 
-    def _job(self, mode: str, candidate: Path | None = None) -> dict:
+    def job(self, mode: str, candidate: Path | None = None) -> dict:
+        """The fields of a worker's job file for ``mode`` (the worker adds its pipes and reply path)."""
         return dict(mode=mode, settings=self.settings, task_path=str(self.task.path),
                     class_name=self.task.class_name, candidate_path=str(candidate or ""),
                     reference_dir=str(self._reference_dir()))
@@ -122,7 +120,7 @@ class LocalEvaluator(EvaluatorConfirmation):
 
     def _start_run_worker(self) -> WorkerProcess:
         folder = self.scratch / "extensions"  # a build a candidate would start goes nowhere shared
-        return WorkerProcess(self._job("run"), env=self._env(folder), root=self.scratch)
+        return WorkerProcess(self.job("run"), env=self.env(folder), root=self.scratch)
 
     def _gpu_room(self) -> bool:
         """Whether the evaluation GPU has room for another worker (asked at most every 2 s)."""
@@ -157,8 +155,8 @@ class LocalEvaluator(EvaluatorConfirmation):
         with reference.locked(folder), tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
             try:
                 holding.share()
-                run = run_worker(self._job("probe"), env=self._env(Path(tmp)), timeout_s=self.settings.run_timeout_s,
-                                 answer=answer, root=self.scratch, registry=self._workers)
+                run = run_worker(self.job("probe"), env=self.env(Path(tmp)), timeout_s=self.settings.run_timeout_s,
+                                 answer=answer, root=self.scratch, registry=self.workers_running)
             finally:
                 holding.release()
         reply = run.reply
@@ -188,7 +186,7 @@ class LocalEvaluator(EvaluatorConfirmation):
         self.pool.open()
         return reply.probe
 
-    def _ensure_probed(self) -> None:
+    def ensure_probed(self) -> None:
         with self._probe_lock:
             if self.reference is None:
                 self.probe()
@@ -196,87 +194,17 @@ class LocalEvaluator(EvaluatorConfirmation):
     def versions(self) -> dict[str, str]:
         return {**cache.toolchain(self.device), **self._worker_versions}
 
-    # --- building --------------------------------------------------------------------------
-    def _build(self, source: str, on_output: OutputCallback | None = None) -> _Build:
-        key = cache.build_key(source, self.device, self.settings.fast_build)
-        folder = self.settings.cache_dir / key
-        folder.mkdir(parents=True, exist_ok=True)
-        candidate = folder / "candidate.py"
-        if cache.is_built(folder) and candidate.is_file() and cache.up_to_date(folder):
-            return _Build(ok=True, folder=folder, cached=True)
-        candidate.write_text(source, encoding="utf-8")
-        cache.clear_locks(folder)
-        run = run_worker(self._job("compile", candidate), env=self._env(folder),
-                         timeout_s=self.settings.compile_timeout_s, on_output=on_output, root=self.scratch,
-                         registry=self._workers, hold=self.gate.pausable)
-        log = run.log[-200_000:]
-        if run.timed_out:
-            cache.clear_locks(folder)
-            return _Build(ok=False, folder=folder, compile_s=run.wall_s, log=log, status=Status.TIMEOUT,
-                          error=f"compile timed out after {self.settings.compile_timeout_s:g} s "
-                          "(compile_timeout_s); the build was killed")
-        if run.reply is None:
-            cache.clear_locks(folder)
-            return _Build(ok=False, folder=folder, compile_s=run.wall_s, log=log,
-                          error=f"{run.died()} while building\n{tail(run.log)}")
-        if not run.reply.ok:
-            compiler = trim_compile_error(log, str(folder)) if "rror" in log else ""
-            error = run.reply.error if not compiler else f"{compiler}\n{run.reply.error.splitlines()[-1]}"
-            return _Build(ok=False, folder=folder, compile_s=run.wall_s, log=log, error=error)
-        cache.mark_built(folder, run.wall_s)
-        return _Build(ok=True, folder=folder, compile_s=run.wall_s, log=log)
-
-    def _built(self, source: str, clock: StageClock, on_output: OutputCallback | None) -> _Build:
-        """The candidate's build; a source already being built by another submission waits for it."""
-        key = cache.build_key(source, self.device, self.settings.fast_build)
-        with self._builds_lock:
-            pending = self._builds.get(key)
-            if pending is None:
-                pending = self._builds[key] = Future()
-                owner = True
-            else:
-                owner = False
-        if not owner:
-            return self._wait(pending)
-        try:
-            self._acquire(self._build_slots)
-            try:
-                clock.switch("compile")
-                build = self._build(source, on_output)
-            finally:
-                self._build_slots.release()
-            pending.set_result(build)
-            return build
-        except BaseException as exc:
-            pending.set_exception(exc)
-            raise
-        finally:
-            with self._builds_lock:
-                self._builds.pop(key, None)
-
-    def _acquire(self, semaphore: threading.Semaphore) -> None:
-        while not semaphore.acquire(timeout=0.1):
-            if self._aborted.is_set():
-                raise GaveUp()
-
-    def _wait(self, future: Future):
-        while True:
-            try:
-                return future.result(timeout=0.1)
-            except FutureTimeout:
-                if self._aborted.is_set():
-                    raise GaveUp() from None
-
     # --- running ---------------------------------------------------------------------------
-    def _limit(self, phase: str) -> Limit:
+    def limit(self, phase: str) -> Limit:
+        """How long a run worker's ``phase`` may take (``reference.stage_limit``)."""
         return reference.stage_limit(phase, self.settings, self.reference)
 
-    def _run(self, build: _Build, clock: StageClock, on_stage: CandidateStageCallback | None,
+    def _run(self, build: Build, clock: StageClock, on_stage: CandidateStageCallback | None,
              on_output: OutputCallback | None, lean: bool = False) -> WorkerRun:
         worker: WorkerProcess | None = None
         holding = Holding(self.gate, lambda: self._aborted.is_set() or (worker is not None and not worker.alive()))
         try:
-            self._acquire(self._run_slots)
+            acquire(self._run_slots, self._aborted)
         except GaveUp:
             self.pool.expect(-1)
             raise
@@ -291,20 +219,20 @@ class LocalEvaluator(EvaluatorConfirmation):
             worker.send(Assignment(candidate_path=str(build.folder / "candidate.py"),
                                    build_dir=str(build.folder), lean=lean).model_dump())
 
-            exceeded = worker.follow(limit=self._limit, answer=self._answer(holding), on_stage=on_stage,
+            exceeded = worker.follow(limit=self.limit, answer=self.answer(holding), on_stage=on_stage,
                                      on_output=on_output, clock=clock, phase="load")
             run = worker.result(exceeded)
         finally:
             holding.release()
             if worker is not None:
                 worker.remove()
-                self._workers.discard(worker)
+                self.workers_running.discard(worker)
             self._run_slots.release()
         if run.reply is None:
             cache.clear_locks(build.folder)
         return run
 
-    def _checked(self, build: _Build, clock: StageClock, on_stage: CandidateStageCallback | None,
+    def _checked(self, build: Build, clock: StageClock, on_stage: CandidateStageCallback | None,
                  on_output: OutputCallback | None) -> EvalResult:
         """The candidate's result. An evaluation that ran out of memory in the harness's own work
         is tried once more, poisoning less; failing again, or the task failing, raises: it is not
@@ -317,7 +245,7 @@ class LocalEvaluator(EvaluatorConfirmation):
             raise _failure(kind, run.reply.error, str(self.task.path))
         return self._from_run(run)
 
-    def _answer(self, holding: Holding) -> Callable[[str], dict]:
+    def answer(self, holding: Holding) -> Callable[[str], dict]:
         """Answers to a worker's requests: ``want timing`` returns once the device is the
         worker's alone."""
         def answer(what: str) -> dict:
@@ -333,7 +261,7 @@ class LocalEvaluator(EvaluatorConfirmation):
     def _from_run(self, run: WorkerRun) -> EvalResult:
         stage = run.stage or Stage.LOAD
         if run.timed_out:
-            limit = run.limit or self._limit(stage.value)
+            limit = run.limit or self.limit(stage.value)
             return EvalResult(status=Status.TIMEOUT, stage=stage,
                               error=f"timed out after {limit.seconds:.3g} s during {stage.value}, the stage's "
                               f"limit ({limit.how}); the worker and its children were killed")
@@ -361,7 +289,7 @@ class LocalEvaluator(EvaluatorConfirmation):
 
     def _pipeline(self, source: str, future: Future[EvalResult], clock: StageClock,
                   on_stage: CandidateStageCallback | None, on_output: OutputCallback | None) -> None:
-        build: _Build | None = None
+        build: Build | None = None
         failure: KevinError | None = None
         needs_worker = True
         try:
@@ -369,14 +297,14 @@ class LocalEvaluator(EvaluatorConfirmation):
                 raise GaveUp()
             if on_stage is not None:
                 on_stage(Stage.COMPILE)
-            build = self._built(source, clock, on_output)
+            build = self.builds.get(source, clock, on_output)
             if self._aborted.is_set():  # a build cut short by the abort is no compile error
                 result = _interrupted(Stage.COMPILE if not build.ok else Stage.LOAD)
             elif not build.ok:
                 result = EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error)
             else:
                 clock.switch("queue")
-                self._ensure_probed()
+                self.ensure_probed()
                 needs_worker = False  # from here on the worker taken counts it
                 result = self._checked(build, clock, on_stage, on_output)
         except GaveUp:
@@ -404,6 +332,10 @@ class LocalEvaluator(EvaluatorConfirmation):
             extra.update(compile_log=build.log, compile_s=build.compile_s, cached_build=build.cached)
         future.set_result(result.model_copy(update=extra))
 
+    def confirm(self, sources: Sequence[str]) -> Confirmation:
+        """Verify ``sources`` again on fresh seeds and time them head to head (``Confirmations``)."""
+        return self.confirmations.confirm(sources)
+
     @contextlib.contextmanager
     def device_busy(self) -> Iterator[None]:
         """Held while the model generates on the evaluation device: no timing starts meanwhile;
@@ -424,7 +356,7 @@ class LocalEvaluator(EvaluatorConfirmation):
         interrupted."""
         self._aborted.set()
         self.gate.close()
-        self._workers.kill_all()
+        self.workers_running.kill_all()
         self.pool.close()
 
     def close(self) -> None:

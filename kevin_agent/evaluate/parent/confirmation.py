@@ -1,4 +1,4 @@
-"""The parent's side of a confirmation (``headtohead`` is the worker's): ``EvaluatorConfirmation.confirm``
+"""The parent's side of a confirmation (``worker.confirmation`` is the worker's): ``Confirmations.confirm``
 (the evaluator's ``confirm``), the fresh seed, the time limit of the head-to-head timing, and the
 words for a kernel that took the worker down.
 
@@ -11,21 +11,18 @@ last named kernel's, which is dropped with the reason; the others are confirmed 
 from __future__ import annotations
 
 import secrets
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..config import EvalSettings
-from ..results import Confirmation, Confirmed, MemoryUse
+from ...config import EvalSettings
+from ...results import Confirmation, Confirmed, MemoryUse
 from .gate import DeviceGate, GaveUp, Holding
-from .jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
-from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet
-from .reference import ReferenceData, moved_inputs, scaled_limit, stage_limit
+from ..jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
+from .pool import WorkerProcess, WorkerRun, WorkerSet
+from ..reference import Limit, ReferenceData, moved_inputs, scaled_limit, stage_limit
+from .builds import Build, Builds
 from .warm import WarmPool
-
-if TYPE_CHECKING:
-    from .evaluator import _Build
 
 FRESH_OFFSET = 1_000_000
 """The fresh seeds start this far above the run's seed (the run's sets use seed + 0 .. seed + 1001 + trials)."""
@@ -58,9 +55,8 @@ def what_happened(run: WorkerRun, limit: Limit | None) -> str:
     return f"{run.died()} during {stage}"
 
 
-class EvaluatorConfirmation:
-    """``LocalEvaluator.confirm``: the second look at the run's best kernels. A part of the
-    evaluator, kept here beside its helpers; it uses the evaluator's builds, gate and workers."""
+class ConfirmationHost(Protocol):
+    """What a confirmation uses of the evaluator it belongs to."""
 
     settings: EvalSettings
     reference: ReferenceData | None
@@ -68,29 +64,38 @@ class EvaluatorConfirmation:
     gate: DeviceGate
     pool: WarmPool
     scratch: Path
-    _aborted: threading.Event
-    _workers: WorkerSet
+    builds: Builds
+    workers_running: WorkerSet
 
-    # The evaluator's own, in evaluator.py.
-    _ensure_probed: Callable[[], None]
-    _built: Callable[..., _Build]
-    _job: Callable[..., dict]
-    _env: Callable[[Path | None], dict[str, str]]
-    _limit: Callable[[str], Limit]
-    _answer: Callable[[Holding], Callable[[str], dict]]
+    @property
+    def aborted(self) -> bool: ...
+    def ensure_probed(self) -> None: ...
+    def job(self, mode: str) -> dict: ...
+    def env(self, build_folder: Path | None) -> dict[str, str]: ...
+    def limit(self, phase: str) -> Limit: ...
+    def answer(self, holding: Holding) -> Callable[[str], dict]: ...
+
+
+class Confirmations:
+    """The second look at a run's best kernels, for one evaluator (``LocalEvaluator.confirm``):
+    it builds them through the evaluator's builds and runs them in workers under its gate."""
+
+    def __init__(self, host: ConfirmationHost) -> None:
+        self.host = host
 
     def confirm(self, sources: Sequence[str]) -> Confirmation:
         """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
-        all in one worker (``headtohead``): one verdict per source, in order. A kernel that takes
+        all in one worker (``worker.confirmation``): one verdict per source, in order. A kernel that takes
         the worker down is dropped with the reason, and the others are confirmed again without it."""
-        self._ensure_probed()
-        seed = fresh_seed(self.settings)
+        host = self.host
+        host.ensure_probed()
+        seed = fresh_seed(host.settings)
         verdicts: list[Confirmed | None] = [None] * len(sources)
-        builds: list[_Build] = []
+        builds: list[Build] = []
         used: MemoryUse | None = None
         try:
             for i, source in enumerate(sources):
-                builds.append(self._built(source, StageClock(), None))
+                builds.append(host.builds.get(source))
                 if not builds[-1].ok:
                     verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
             while todo := [i for i, v in enumerate(verdicts) if v is None]:
@@ -107,14 +112,15 @@ class EvaluatorConfirmation:
         except GaveUp:
             pass
         kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
-        return Confirmation(kernels=kernels, seed=seed, device_name=self.device_name, memory=used)
+        return Confirmation(kernels=kernels, seed=seed, device_name=host.device_name, memory=used)
 
-    def _confirm_in_worker(self, builds: list[_Build], seed: int) -> tuple[WorkerReply | None, str, int | None]:
+    def _confirm_in_worker(self, builds: list[Build], seed: int) -> tuple[WorkerReply | None, str, int | None]:
         """One confirmation worker for ``builds``: its reply (the verdicts, its peak memory), or
         why it ended without them and the kernel it named last (None: no kernel, or none named)."""
-        timing = timing_limit(self.settings, self.reference, len(builds))
-        job = {**self._job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
-               "kernels": [Assignment(candidate_path=str(b.folder / "candidate.py"), build_dir=str(b.folder))
+        host = self.host
+        timing = timing_limit(host.settings, host.reference, len(builds))
+        job = {**host.job("confirm"), "seed": seed, "budget_s": timing.seconds / 2,
+               "kernels": [Assignment(candidate_path=str(b.candidate), build_dir=str(b.folder))
                            for b in builds]}
         named = [""]
 
@@ -125,22 +131,22 @@ class EvaluatorConfirmation:
         def limit(phase: str) -> Limit:
             if phase == "timing":
                 return timing
-            return self._limit(phase) if phase in ("load", "correctness") else self.pool.prep_limit
+            return host.limit(phase) if phase in ("load", "correctness") else host.pool.prep_limit
 
-        if self._aborted.is_set():
+        if host.aborted:
             raise GaveUp()
-        worker = WorkerProcess(job, env=self._env(self.scratch / "extensions"), root=self.scratch)
-        self._workers.add(worker)
-        holding = Holding(self.gate, lambda: self._aborted.is_set() or not worker.alive())
+        worker = WorkerProcess(job, env=host.env(host.scratch / "extensions"), root=host.scratch)
+        host.workers_running.add(worker)
+        holding = Holding(host.gate, lambda: host.aborted or not worker.alive())
         try:
             holding.share()
-            exceeded = worker.follow(limit=limit, answer=self._answer(holding), on_line=on_line)
+            exceeded = worker.follow(limit=limit, answer=host.answer(holding), on_line=on_line)
             run = worker.result(exceeded)
         finally:
             holding.release()
             worker.remove()
-            self._workers.discard(worker)
-        if self._aborted.is_set():
+            host.workers_running.discard(worker)
+        if host.aborted:
             raise GaveUp()
         if run.reply is not None and run.reply.confirmed is not None:
             return run.reply, "", None

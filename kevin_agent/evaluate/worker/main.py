@@ -1,11 +1,11 @@
-"""The evaluation worker: ``python -m kevin_agent.evaluate.worker JOB.json``.
+"""The evaluation worker: ``python -m kevin_agent.evaluate.worker.main JOB.json``.
 
 One process per job, started by the parent with a scrubbed environment in its own session.
 Modes: ``probe`` builds the task once and, when the task's reference data is missing, makes it
 (``trials.make``); ``compile`` imports the candidate, which triggers its ``load_inline`` build;
 ``run`` gets ready (task, reference data, reference) before it asks the parent for its candidate,
 then loads, checks and times that one candidate (``candidate``) and exits; ``confirm`` verifies a
-run's best kernels again on fresh seeds and times them head to head (``headtohead``). The probe
+run's best kernels again on fresh seeds and times them head to head (``confirmation``). The probe
 measures the task's device memory and refuses a task that does not fit (``memory``); a run worker
 that runs out of memory in the harness's own work says so (``harness``), never as its candidate's
 error. The reply goes to a
@@ -26,18 +26,18 @@ from pathlib import Path
 
 import torch
 
-from ..formatting import gib
-from ..results import Stage
-from ..task import TaskProbe
+from ...formatting import gib
+from ...results import Stage
+from ...task import TaskProbe
 from . import meter
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
 from .candidate import device_name, run_candidate, versions
-from .headtohead import do_confirm
+from .confirmation import do_confirm
 from .correctness import leaves, set_reference_tf32
 from .guards import Integrity
-from .jobs import KERNEL, WANT, Assignment, Job, WorkerReply
-from .memory import requested_bytes
-from .reference import read
+from ..jobs import KERNEL, WANT, Assignment, Job, WorkerReply
+from ..memory import requested_bytes
+from ..reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
 from .trials import Trials, make, read_meta
 
@@ -103,7 +103,7 @@ def _probe_out_of_memory(exc: BaseException, job: Job, footprint) -> WorkerReply
 def do_compile(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
     import torch.utils.cpp_extension as cpp
 
-    from .build import building
+    from ..toolchain.build import building
 
     # torch logs the build's steps ("Building extension module ...") as it starts them: to the
     # log too, so that someone watching sees the build move before the compiler's first output.
