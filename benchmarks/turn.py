@@ -10,7 +10,15 @@ device time (load + correctness + timing, p50 and p90); and the cost of one more
 build is cached (one candidate per turn, as with one trajectory; on cpu examples/rmsnorm.py with
 its last scripted kernel) against a bare ``python -c "import torch"`` on the same machine.
 
-Usage: benchmarks/turn.py [--device cuda|cpu] [--quick] [--repeat N] [--out FILE.json]
+With ``--kernelbench`` (cuda) it also runs one turn on each KernelBench-size task of
+``benchmarks/tasks`` (KernelBench level 1 19_ReLU and 36_RMSNorm_ at KernelBench's own sizes, 6 and
+7 GiB inputs): four builds of the task's honest kernel with different block sizes, each turn's wall
+time, device time per candidate and peak memory against the task's footprint.
+
+The toolchain (the light CUDA header, the precompiled bindings headers) is made first and its
+one-time cost printed on its own line: a run makes it while the model writes its first responses.
+
+Usage: benchmarks/turn.py [--device cuda|cpu] [--quick] [--repeat N] [--kernelbench] [--out FILE.json]
 ``--quick`` (cpu): six Python candidates, no compiler, one repetition: the CI smoke test.
 """
 
@@ -32,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator, detect_device  # noqa: E402
+from kevin_agent.evaluate.parent.builds import warm_toolchain  # noqa: E402
 from kevin_agent.evaluate.parent.evaluator import host_device_name  # noqa: E402
 from kevin_agent.results import EvalResult, Status  # noqa: E402
 from kevin_agent.task import load_task  # noqa: E402
@@ -223,6 +232,8 @@ def run_turn(task_file: Path, settings: EvalSettings, sources: list[tuple[str, s
         rows.append({"expected": expected, "status": res.status.value, "cached": res.cached_build,
                      "compile_s": res.compile_s, "wall_s": res.wall_s, "stage_s": st.model_dump() if st else None,
                      "device_s": st.device if st else None, "speedup": res.speedup,
+                     "peak_ratio": res.memory.ratio if res.memory else None,
+                     "footprint_gib": res.memory.footprint_bytes / 2**30 if res.memory else None,
                      "error": res.error.splitlines()[0][:200] if res.error else ""})
     evaluated = [r["device_s"] for r in rows if r["device_s"] and r["status"] != Status.TIMEOUT.value]
     builds = [r["compile_s"] for r in rows if r["compile_s"] and not r["cached"]]
@@ -289,6 +300,25 @@ def bare_import(repeat: int) -> list[float]:
     return times
 
 
+KERNELBENCH = [("relu_6gb.py", "relu_6gb_cuda.py"), ("rmsnorm_kb.py", "rmsnorm_kb_cuda.py")]
+"""KernelBench-size tasks in benchmarks/tasks and each one's honest kernel (``const int threads = 256;``)."""
+
+
+def kernelbench_turns(settings: EvalSettings) -> list[dict]:
+    """One turn per KernelBench-size task: its honest kernel at four block sizes (four builds)."""
+    tasks = REPO / "benchmarks" / "tasks"
+    out = []
+    for task, candidate in KERNELBENCH:
+        base = (tasks / candidate).read_text()
+        sources = [("correct", base.replace("const int threads = 256;", f"const int threads = {n};"))
+                   for n in (128, 256, 512, 1024)]
+        note(f"KernelBench-size turn: {task}")
+        turn = run_turn(tasks / task, settings.model_copy(update={"compare_compile": False}), sources)
+        note(f"{task}: {turn['wall_s']:.1f} s")
+        out.append({"task": task, **turn})
+    return out
+
+
 def fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -299,6 +329,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="cpu smoke test: Python candidates, one repetition")
     parser.add_argument("--repeat", type=int, default=5, help="repetitions of the marginal turn and the bare import")
     parser.add_argument("--skip-plain", action="store_true", help="leave out the plain load_inline build")
+    parser.add_argument("--kernelbench", action="store_true", help="also a turn on each KernelBench-size task (cuda)")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     device = args.device or detect_device()
@@ -318,12 +349,17 @@ def main() -> int:
                     "candidates": len(sources), "quick": quick}
 
     note(f"{device}: {len(sources)} candidates, {report['task']}")
+    if not quick:
+        # Once per machine and kept in the build cache; a run makes it during its first generation.
+        report["toolchain_s"], ready = warm_toolchain(settings.cache_dir, device)
+        note(f"toolchain made: {report['toolchain_s']:.1f} s{'' if ready else ' (NOT READY: see warm.log)'}")
     if not quick and not args.skip_plain:
         # Side by side, so that both see the same machine.
-        solo = LocalEvaluator(load_task(task_file), settings.model_copy(update={"cache_dir": work / "solo"}))
+        # Its own copy of the first candidate: a cold build of it, with the toolchain made above.
+        solo = LocalEvaluator(load_task(task_file), settings)
         with ThreadPoolExecutor(2) as pool:
-            plain = pool.submit(plain_build, one, solo._env(None))
-            report["kevin_build_s"] = solo._build(one).compile_s
+            plain = pool.submit(plain_build, one, solo.env(None))
+            report["kevin_build_s"] = solo.builds.build(one + "\n# built alone\n").compile_s
             report["plain_build_s"] = plain.result()
         solo.close()
         note(f"one build alone: plain {report['plain_build_s']:.1f} s, kevin-opt {report['kevin_build_s']:.1f} s")
@@ -338,6 +374,8 @@ def main() -> int:
     report["marginal"] = marginal_turns(marginal_task, settings, marginal_source, repeat)
     note("bare import")
     report["bare_import_s"] = bare_import(repeat)
+    if args.kernelbench and device == "cuda":
+        report["kernelbench"] = kernelbench_turns(settings)
 
     cold, warm, marginal = report["cold"], report["warm"], report["marginal"]
     turn_med, import_med = median(marginal["turn_s"]), median(report["bare_import_s"])
@@ -372,6 +410,20 @@ def main() -> int:
         f"(back to back: {fmt(median(marginal['back_to_back_s']))} s); bare `python -c \"import torch\"`: "
         f"{fmt(import_med)} s; ratio {fmt(turn_med / import_med if turn_med and import_med else None)}",
     ]
+    if "toolchain_s" in report:
+        lines.append(f"the toolchain, once per machine (made during a run's first generation): "
+                     f"{fmt(report['toolchain_s'])} s")
+    if report.get("kernelbench"):
+        lines += ["", "KernelBench-size tasks, one turn of four builds of the honest kernel each:", "",
+                  "| task | footprint GiB | turn wall (s) | device p50 / p90 (s) | build p50 (s) | peak / footprint |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for kb in report["kernelbench"]:
+            ratios = [r["peak_ratio"] for r in kb["rows"] if r["peak_ratio"]]
+            foot = next((r["footprint_gib"] for r in kb["rows"] if r["footprint_gib"]), None)
+            lines.append(f"| {kb['task']} | {fmt(foot, '.1f')} | {fmt(kb['wall_s'])} | {fmt(kb['device_p50_s'])} / "
+                         f"{fmt(kb['device_p90_s'])} | {fmt(kb['compile_p50_s'])} | {fmt(max(ratios, default=None))} |")
+            for r in kb["mismatches"]:
+                lines.append(f"UNEXPECTED ({kb['task']}): {r['status']}: {r['error']}")
     for name, turn in (("cold", cold), ("warm", warm)):
         for r in turn["mismatches"]:
             lines.append(f"UNEXPECTED ({name}): expected {r['expected']}, got {r['status']}: {r['error']}")
@@ -379,7 +431,8 @@ def main() -> int:
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     shutil.rmtree(work, ignore_errors=True)
-    return 1 if cold["mismatches"] or warm["mismatches"] else 0
+    kb_bad = any(kb["mismatches"] for kb in report.get("kernelbench", []))
+    return 1 if cold["mismatches"] or warm["mismatches"] or kb_bad else 0
 
 
 if __name__ == "__main__":

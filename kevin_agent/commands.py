@@ -10,7 +10,7 @@ from typing import Any
 from .config import RunConfig, load_config
 from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
-from .formatting import best_words, confirmed_line, fmt_memory, fmt_seconds, fmt_speedup, stage_times
+from .formatting import best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_speedup, stage_times
 from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
 from .results import Status
@@ -163,6 +163,9 @@ def cmd_check(args, registry: Registry) -> int:
         "implausible": bool(result and result.implausible),
         "floor_ms": result.floor.floor_ms if result and result.floor else None,
         "cuda_graph": result.graph.model_dump() if result and result.graph else None,
+        "launched": result.launched.model_dump() if result and result.launched else None,
+        "stage_s": result.stage_s.model_dump() if result and result.stage_s else None,
+        "wall_s": result.wall_s if result else None,
         "sync_check": result.sync.model_dump() if result and result.sync else None,
         "memory": ({**result.memory.model_dump(), "ratio": round(result.memory.ratio, 3)}
                    if result and result.memory else None),
@@ -172,6 +175,8 @@ def cmd_check(args, registry: Registry) -> int:
     if out["correct"]:
         line += f": {fmt_speedup(out['speedup'])} ({out['runtime_ms']:.3f} ms vs {out['reference_ms']:.3f} ms eager)"
     print(line)
+    if result is not None and (launched := fmt_launched(result.launched, result.speedup)) is not None:
+        print(f"  {launched}")
     if result is not None and result.memory is not None:
         print(f"  {fmt_memory(result.memory)}")
     for reason in reasons:

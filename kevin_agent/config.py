@@ -96,7 +96,7 @@ class EvalOptions(BaseModel):
     that fails (see docs/evaluation.md)."""
     eval_workers: int | None = Field(None, ge=1)
     """Worker processes started ahead of need (torch imported, task and reference data loaded), each
-    used for one candidate only (default: by CPU cores, at most 4, and on cuda by free GPU memory)."""
+    used for one candidate only (default: half the CPU cores, at most 8, and on cuda by free GPU memory)."""
     eval_memory_gib: float | None = Field(None, gt=0)
     """Device memory the evaluation may use, in GiB (default: what is free when the run starts, less the
     model's share). A task whose inputs, outputs and reference do not fit it is refused before any turn."""
@@ -130,6 +130,9 @@ class EvalSettings(EvalOptions):
     model_memory_fraction: float = Field(0.0, ge=0, lt=1)
     """Share of the evaluation GPU's memory the model takes (vLLM on the same GPU, which may start
     after the probe): not the evaluation's to use."""
+    profile_dir: Path | None = None
+    """Where each worker writes a profile of its job (cProfile: ``<mode>-<pid>.prof`` and the top of
+    it as text), for finding where an evaluation's time goes (the benchmarks set it; None: no profile)."""
     warmup_runs: int = Field(None, ge=0, validate_default=False)  # type: ignore[assignment]
     timed_runs: int = Field(None, ge=1, validate_default=False)  # type: ignore[assignment]
     compare_compile: bool = Field(None, validate_default=False)  # type: ignore[assignment]

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from .confirmation import Winner
-from .formatting import fmt_confirmed, fmt_graph, fmt_tolerance
+from .formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
 from .results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from .task import Task
 
@@ -131,9 +131,12 @@ def header_lines(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: 
         if times.compiled_reference is not None:
             lines.append(f"  torch.compile:   {_ms(times.compiled_reference)}")
         if device == "cuda" and result.sync is not None:
-            lines.append("  (GPU time on the stream, CUDA events around each call, L2 flushed before each)")
+            lines.append("  (the GPU's own time per call, the call queued whole before the start event, L2 flushed)")
         if (graph := fmt_graph(result)) is not None:
             lines.append(f"  in a CUDA graph: {graph}")
+        speedup = confirmed.speedup_median if confirmed is not None else result.speedup
+        if (launched := fmt_launched(times.launched, speedup)) is not None:
+            lines.append(f"  {launched}")
         lines.append(
             f"  correctness: {result.trials_passed}/{result.trials} trials passed"
             + (f", {confirmed.trials_passed}/{confirmed.trials} more on fresh inputs" if confirmed else "")

@@ -71,6 +71,10 @@ class TimingStats(BaseModel):
     p10_ms: float
     p90_ms: float
     runs: int
+    host_waits: int = 0
+    """cuda: runs in which the GPU waited for the host inside the timed call even with the longest
+    lead (the call synchronises): their times include the host's. 0 for every call that only queues
+    work (evaluate/worker/timing.py)."""
 
 
 class SyncCheck(BaseModel):
@@ -103,6 +107,18 @@ class GraphTiming(BaseModel):
     """``not capturable: <reason>`` for the candidate, else ''."""
     reference_note: str = ""
     """``not capturable: <reason>`` for the reference, else ''."""
+
+
+class LaunchedTiming(BaseModel):
+    """cuda: candidate and eager reference timed with the GPU idle when each call starts, so the
+    call's own launches are in its time: how KernelBench times, and what an eager model pays where
+    the host launches slower than the GPU runs. The headline leaves the launches out (it queues the
+    whole call first); the two differ for calls made of many small kernels."""
+
+    runtime: TimingStats
+    reference: TimingStats
+    speedup: float
+    """Reference / candidate (medians)."""
 
 
 class RuntimeFloor(BaseModel):
@@ -188,12 +204,14 @@ class EvalResult(BaseModel):
     atol: float | None = None
     rtol: float | None = None
     runtime: TimingStats | None = None
-    """The candidate's time: on cuda GPU time on the stream (events around the call), on cpu wall time."""
+    """The candidate's time: on cuda its own GPU time, the call queued whole before the start event
+    (evaluate/worker/timing.py); on cpu wall time."""
     reference: TimingStats | None = None
     compiled_reference: TimingStats | None = None
     """``torch.compile`` of the reference, timed the same way (None when skipped)."""
     speedup: float | None = None
-    """Eager reference time / candidate time (medians)."""
+    """The median over the timing's rounds of (eager reference time / candidate time), both timed in
+    each round (as a confirmation computes its speedup)."""
     speedup_vs_compile: float | None = None
     flags: list[str] = Field(default_factory=list)
     """Warnings about the result, e.g. a physically implausible runtime."""
@@ -206,6 +224,8 @@ class EvalResult(BaseModel):
     """cuda: the check for work that escapes the stream (None on cpu and in older records)."""
     graph: GraphTiming | None = None
     """cuda: the "in a CUDA graph" column (None on cpu and in older records)."""
+    launched: LaunchedTiming | None = None
+    """cuda: the times with each call's launches in them (None on cpu and in older records)."""
     memory: MemoryUse | None = None
     """The evaluation's peak device memory and the task's footprint (None in older records, and when
     the worker ended before it could say)."""
@@ -334,6 +354,8 @@ class Confirmed(BaseModel):
     reference: TimingStats | None = None
     """The eager reference's times over the same rounds."""
     compiled_reference: TimingStats | None = None
+    launched: LaunchedTiming | None = None
+    """cuda: this kernel and the reference with their launches in the time (after the rounds)."""
     trials: int = 0
     trials_passed: int = 0
     max_abs_err: float | None = None

@@ -131,7 +131,8 @@ def test_honest_cpp_kernel_is_correct_and_timed(cpp_batch):
     assert res.max_abs_err is not None and res.max_abs_err <= 1e-4 and res.atol == 1e-4
     assert res.runtime.runs == 10 and res.reference.runs == 10
     assert res.runtime.min_ms <= res.runtime.p10_ms <= res.runtime.median_ms <= res.runtime.p90_ms <= res.runtime.max_ms
-    assert res.speedup == pytest.approx(res.reference.median_ms / res.runtime.median_ms)
+    # The median of the rounds' ratios, both timed in each round: near the ratio of the medians.
+    assert res.speedup == pytest.approx(res.reference.median_ms / res.runtime.median_ms, rel=0.25)
     assert res.speedup > 0 and res.compile_s > 1 and not res.cached_build
     assert "scale_shift" in res.compile_log and "c++" in res.compile_log
     assert res.device == "cpu" and res.device_name

@@ -91,3 +91,77 @@ def test_a_kernel_that_cannot_be_captured_is_correct_with_a_note(timed, trick):
     assert res.speedup is not None and res.graph is not None
     assert res.graph.runtime is None and res.graph.runtime_note.startswith(trick.reason), res.graph
     assert res.graph.reference is not None and res.graph.speedup is None
+
+
+# --- the headline does not depend on how fast the host launches ---------------------------------
+def _cuda_timer():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from kevin_agent.evaluate.worker.timing import Timer
+
+    return torch, Timer("cuda")
+
+
+def test_the_headline_leaves_the_hosts_gaps_between_launches_out_and_launched_keeps_them():
+    import time
+
+    torch, timer = _cuda_timer()
+    x = torch.randn(1 << 20, device="cuda")
+
+    def slow_host(t):  # two kernels with half a millisecond of Python between them
+        y = t * 2
+        time.sleep(0.0005)
+        return y + 1
+
+    headline = timer.time(slow_host, [x], warmup=3, runs=30)
+    launched = timer.launched(slow_host, [x], runs=10)
+    plain = timer.time(lambda t: (t * 2) + 1, [x], warmup=3, runs=30)
+    print(f"headline {headline.median_ms:.4f} ms, launched {launched.median_ms:.4f} ms, "
+          f"without the sleep {plain.median_ms:.4f} ms")
+    assert headline.host_waits == 0
+    # The GPU work is the same with or without the host's half millisecond between the launches.
+    assert headline.median_ms == pytest.approx(plain.median_ms, rel=0.15, abs=0.005)
+    assert launched.median_ms > 0.45 > headline.median_ms
+
+
+def test_a_call_that_synchronises_is_counted_as_waiting_on_the_host():
+    torch, timer = _cuda_timer()
+    x = torch.randn(1 << 20, device="cuda")
+
+    def synchronising(t):
+        y = t * 2
+        torch.cuda.synchronize()
+        return y + 1
+
+    stats = timer.time(synchronising, [x], warmup=2, runs=10)
+    assert stats.host_waits == 10 and stats.runs == 10
+
+
+def test_a_launch_bound_module_reads_the_same_in_fresh_timers_alone_and_beside_busy_host_processes():
+    import subprocess
+    import sys
+
+    torch, _ = _cuda_timer()
+    from kevin_agent.evaluate.worker.timing import Timer
+
+    class RMSNorm(torch.nn.Module):  # six small PyTorch kernels: bound by the host's launches
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * 1.5
+
+    model, x = RMSNorm(), torch.randn(512, 1024, device="cuda")
+
+    def five() -> list[float]:
+        return [Timer("cuda").time(model, [x], warmup=10, runs=100).median_ms for _ in range(5)]
+
+    quiet = five()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(16)]
+    try:
+        loaded = five()
+    finally:
+        for proc in busy:
+            proc.kill()
+    every = quiet + loaded
+    spread = (max(every) - min(every)) / (sum(every) / len(every))
+    print(f"quiet {quiet}, beside 16 busy processes {loaded}: spread {spread:.2%}")
+    assert spread <= 0.02, (quiet, loaded)

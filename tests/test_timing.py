@@ -88,6 +88,19 @@ def test_hidden_work_rule():
     assert hidden_work_refusal(long, _runs(3.0, 0.2).stream) is None
 
 
+def test_a_speedup_is_the_median_of_the_rounds_ratios_and_rounds_interleave():
+    from kevin_agent.evaluate.worker.timing import speedup_of
+
+    # Round by round: 10/1, 10/5, 30/3. The median of the ratios (10) is not the ratio of the
+    # medians (10/3): a slow round slows both sides and cancels out of its own ratio.
+    assert speedup_of(Runs([10.0, 10.0, 30.0], [0, 0, 0]), Runs([1.0, 5.0, 3.0], [0, 0, 0])) == 10.0
+    order = []
+    timer = Timer("cpu")
+    first, second = timer.rounds([lambda: order.append("a"), lambda: order.append("b")], [], warmup=1, rounds=3)
+    assert order == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-up of each, then a, b per round
+    assert len(first.stream_ms) == len(second.stream_ms) == 3
+
+
 def test_graph_calls_fill_the_target_within_the_memory_budget():
     assert graph_calls(0.0021, 4 << 20) == 50
     assert graph_calls(0.5, 4 << 20) == 4
@@ -180,7 +193,7 @@ def test_report_header_and_json_show_the_graph_column_and_the_tolerance(tmp_path
     assert "| kernel in a CUDA graph (per call, 50 per graph) | 0.002100 |" in md
     assert ("| eager PyTorch in a CUDA graph (per call) | not capturable: RuntimeError: operation not permitted "
             "when stream is capturing |") in md
-    assert "Times are GPU time on the stream" in md
+    assert "Times are the GPU's own time for each call" in md and "the host's launch speed is not in it" in md
     assert "- tolerance: kernelbench (atol 0.01, rtol 0.01), reference TF32 off" in md
     assert "- work off the stream: 1.0 µs" in md and "- physical floor: " in md and "implausible" not in md
     best = build_report_data(info, [rec])["best"]
@@ -190,7 +203,7 @@ def test_report_header_and_json_show_the_graph_column_and_the_tolerance(tmp_path
     header = "\n".join(header_lines(task, rec, info))
     assert "in a CUDA graph: kernel 2.1 µs, eager not capturable: RuntimeError" in header
     assert "tolerance: kernelbench (atol 0.01, rtol 0.01), reference TF32 off" in header
-    assert "GPU time on the stream" in header
+    assert "the call queued whole before the start event" in header
     assert fmt_graph(correct(0, 1, 1.0).eval) is None and fmt_tolerance(correct(0, 1, 1.0).eval) is None
 
 

@@ -28,8 +28,9 @@ torch::Tensor relu_cuda(torch::Tensor x) {
     long long n4 = n / 4;
     auto stream = at::cuda::getCurrentCUDAStream();
     if (n4 > 0) {
-        int blocks = (int)std::min<long long>((n4 + 255) / 256, 132LL * 32);
-        relu4_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x.data_ptr<float>()),
+        const int threads = 256;
+        int blocks = (int)std::min<long long>((n4 + threads - 1) / threads, 132LL * 32);
+        relu4_kernel<<<blocks, threads, 0, stream>>>(reinterpret_cast<const float4*>(x.data_ptr<float>()),
                                                  reinterpret_cast<float4*>(out.data_ptr<float>()), n4);
     }
     long long rest = n - n4 * 4;

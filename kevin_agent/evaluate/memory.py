@@ -137,13 +137,15 @@ def poison_bytes(fp: Footprint | None, room: int | None, *, lean: bool = False) 
     return max(0, min(want, room // (4 if lean else 2)))
 
 
-def graph_fits(fp: Footprint | None, room: int, graph_output_bytes: int) -> bool:
-    """Whether the CUDA-graph column fits beside the timing inputs already held: a clone of the
-    inputs, the reference's answer, the captured outputs and a warm-up call's own room."""
+def graph_output_budget(fp: Footprint | None, cap: int) -> int:
+    """Bytes the CUDA-graph column's captured calls may hold within the evaluation's plan (each
+    captured call keeps what it allocated in the graph's pool, its output and its temporaries: up to
+    the reference's peak, ``Footprint.forward_bytes``): what the plan leaves beside both models'
+    parameters, the timing inputs, the reference's answer and one call's own room; at most ``cap``."""
     if fp is None:
-        return True
-    need = fp.input_bytes + fp.output_bytes + max(fp.output_bytes, graph_output_bytes) + entitled(fp)
-    return need <= room
+        return cap
+    held = 2 * fp.param_bytes + fp.input_bytes + fp.output_bytes + entitled(fp)
+    return max(0, min(cap, planned(fp) - held))
 
 
 _REQUEST = re.compile(r"[Tt]ried to allocate ([\d.]+) ?([KMGT]i?B|B|bytes)")

@@ -1,13 +1,16 @@
 """The reference's side of every evaluation, made once per task and kept in the build cache.
 
 For each set of inputs the protocol uses (the correctness trials, the operator audit, the
-timing, the re-check after timing) a worker draws the inputs from their seed, runs the
-reference on them once and stores its answer; it also times the eager reference and
-``torch.compile`` of it and measures the device's bandwidth. Every candidate's worker loads
-this instead of doing it again (``trials`` is the worker's side). The folder is
+timing, the re-check after timing) the probe's worker draws the inputs from their seed on the
+device (``get_inputs()`` with the device as torch's default device; on the host only where the
+task's code cannot run there), fingerprints them, runs the reference on them once and records
+the fingerprint of its answer; it also times the eager reference and ``torch.compile`` of it and
+measures the device's bandwidth. Every candidate's worker draws each set again where it is used
+and checks it against the fingerprints (``worker.trials``): drawing on a GPU takes a fraction of a
+millisecond, where copying gigabytes from the host took seconds. The folder is
 ``<cache_dir>/reference/<key>/``; the key covers the task's source, the settings that change the
-data or the timings, the toolchain and the device, so a run that resumes finds it and a
-changed task does not. ``meta.json`` is written last: a folder without it is incomplete.
+data or the timings, the toolchain and the device, so a run that resumes finds it and a changed
+task does not. ``meta.json`` is written last: a folder without it is incomplete.
 
 Kept free of torch: the parent reads the metadata (for the stage limits) without importing it.
 """
@@ -38,19 +41,17 @@ class Limit:
     how: str
 
 
-FORMAT = 2
+FORMAT = 3
 META = "meta.json"
 OUTPUTS = "outputs.pt"
 INPUTS = "inputs.pt"
 GRAPH_CALLS, GRAPH_TARGET_S = 50, 0.002
 """The most calls in one captured graph, and the work one replay aims at (``timing.graph_calls``)."""
-STORE_INPUTS_BYTES = 256 << 20
-"""Inputs up to this size (all sets together) are stored; larger ones are drawn again from their
-seed by each worker, which checks them against the stored checksums."""
 STORE_ANSWERS_BYTES = 1 << 30
-"""The reference's answers up to this size (all sets together) are stored; larger ones would cost
-gigabytes of disk per task, so each worker computes them again, after its candidate has run, and
-checks each against the fingerprint stored here."""
+"""The reference's answers up to this size (all sets together) may be stored; larger ones would
+cost gigabytes of disk per task, so each worker computes them again on the device, after its
+candidate has run, and checks each against the fingerprint recorded here. On cuda they are also
+computed again wherever that is quicker than copying the stored answer to the device."""
 
 
 class InputSet(BaseModel):
@@ -59,8 +60,11 @@ class InputSet(BaseModel):
     name: str
     seed: int
     distribution: str
-    checksum: str
-    """sha256 of the tensors' bytes (and the repr of anything else), in order."""
+    digests: list[str]
+    """``fingerprint.digest`` of each input, in order (a tensor's dtype, shape and bytes; the repr of
+    anything else): a set drawn again must match them bitwise."""
+    drawn_on: str = "cuda"
+    """Where ``get_inputs()`` ran: the evaluation device, or ``cpu`` where the task cannot draw there."""
     nbytes: int
     expected: bool
     """Whether the reference's answer to it is used (stored, or computed again by each worker)."""
@@ -75,6 +79,8 @@ class ReferenceData(BaseModel):
     key: str
     sets: list[InputSet]
     inputs_stored: bool
+    """The inputs are in ``inputs.pt``: ``get_inputs()`` does not give the same inputs twice for one
+    seed, so they cannot be drawn again (else every worker draws them again)."""
     eager: TimingStats
     call_s: float
     """One timed call of the reference with the harness's work around it (the cache flush), in
@@ -94,8 +100,8 @@ class ReferenceData(BaseModel):
     transfer_bytes_per_s: float = 0.0
     """How fast the inputs move from the host to the device (a copy of one set), for the stage limits."""
     draw_s: float = 0.0
-    """Inputs not stored: the longest a set took to draw again and checksum (a worker does it inside
-    a candidate's stage, one set at a time), for the stage limits."""
+    """The longest a set took to draw again and fingerprint (a worker does it inside a candidate's
+    stage, one set at a time), for the stage limits."""
     device_name: str = ""
     created_at: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
@@ -186,14 +192,13 @@ def scaled_limit(settings: EvalSettings, calls: int, per_call_s: float,
 
 
 def moved_inputs(phase: str, settings: EvalSettings, ref: ReferenceData) -> tuple[float, str]:
-    """Four times what drawing a stage's inputs again (when not stored) and copying them (and stored
-    answers) to the device takes, and what for: large tasks spend seconds on it that have nothing to
-    do with the candidate."""
-    draws = {"correctness": settings.correctness_trials + 1, "timing": 3}.get(phase, 0)
+    """Four times what drawing a stage's inputs again (each run of a trial draws its own copy) and
+    copying stored answers to the device takes, and what for: large tasks spend time on it that has
+    nothing to do with the candidate."""
+    draws = {"correctness": 2 * settings.correctness_trials + 1, "timing": 5}.get(phase, 0)
     seconds = draws * ref.draw_s
-    if ref.transfer_bytes_per_s > 0:
-        per_set = max((s.nbytes for s in ref.sets), default=0)
-        answer = ref.output_bytes // max(sum(s.expected for s in ref.sets), 1) if ref.answers_stored else 0
-        copies = {"correctness": 2 * settings.correctness_trials + 1, "timing": 4}.get(phase, 0)
-        seconds += copies * (per_set + answer) / ref.transfer_bytes_per_s
-    return 4 * seconds, "to draw the inputs again and copy them to the device"
+    if ref.answers_stored and ref.transfer_bytes_per_s > 0:
+        answer = ref.output_bytes // max(sum(s.expected for s in ref.sets), 1)
+        copies = {"correctness": 2 * settings.correctness_trials, "timing": 2}.get(phase, 0)
+        seconds += copies * answer / ref.transfer_bytes_per_s
+    return 4 * seconds, "to draw the inputs again and copy the answers to the device"

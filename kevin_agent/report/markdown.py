@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..confirmation import Winner, current, winner
-from ..formatting import confirmed_line, fmt_memory, fmt_tolerance
+from ..formatting import confirmed_line, fmt_launched, fmt_memory, fmt_tolerance
 from ..lineage import outcome, path_to, tree_lines
-from ..results import Confirmation, EvalResult, RunInfo, StageTimes, Status, TimingStats, TurnRecord
+from ..results import Confirmation, EvalResult, LaunchedTiming, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 from .data import stage_totals
 
 STATUS_LABELS = {
@@ -70,6 +70,16 @@ def _graph_rows(ev: EvalResult) -> list[str]:
                         graph.reference_note or "not measured")]
 
 
+def _launched_rows(launched: LaunchedTiming | None, speedup: float) -> list[str]:
+    """The times with each call's launches in them, where their speedup differs from the headline's
+    (``formatting.LAUNCHES_APART``): what an eager model pays where the host launches slower than the
+    GPU runs."""
+    if fmt_launched(launched, speedup) is None:
+        return []
+    return [_timing_row("kernel with its launches (the GPU idle at the call)", launched.runtime, "-"),
+            _timing_row("eager PyTorch with its launches", launched.reference, f"{launched.speedup:.2f}x")]
+
+
 def _timing_notes(ev: EvalResult) -> list[str]:
     """How the times were taken, and what the checks on them found."""
     if ev.device != "cuda":
@@ -77,8 +87,9 @@ def _timing_notes(ev: EvalResult) -> list[str]:
     elif ev.sync is None:  # recorded before report format 2
         how = "Times run up to a device-wide synchronisation after each call, the L2 cache flushed before each"
     else:
-        how = ("Times are GPU time on the stream: CUDA events around each call, the L2 cache flushed "
-               "before each, median of the runs")
+        how = ("Times are the GPU's own time for each call: CUDA events around it on its stream, the L2 cache "
+               "flushed before each, and the whole call queued before the GPU reaches it, so the host's launch "
+               "speed is not in it; median of the runs")
         if ev.graph is not None:
             how += "; the CUDA-graph rows are one replay of a captured graph divided by its calls"
     lines = [how + ".", ""]
@@ -125,6 +136,7 @@ def _best_section(best: Winner) -> list[str]:
         _timing_row("eager PyTorch", times.reference, f"{best.speedup:.2f}x"),
         _timing_row("`torch.compile`", times.compiled_reference, vs_compile),
         *_graph_rows(ev),
+        *_launched_rows(times.launched, best.speedup),
         "",
         *_timing_notes(ev),
         "### Correctness evidence",

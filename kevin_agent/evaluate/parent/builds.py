@@ -8,6 +8,10 @@ only starts compile workers and reads the cache, so it never imports torch.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,9 +27,12 @@ from ...config import EvalSettings
 from ...protocols import OutputCallback
 from ...results import Status
 from ..toolchain import cache
-from .gate import GaveUp
+from ..jobs import Assignment
+from ..reference import Limit
+from .gate import DeviceGate, GaveUp
 from .logs import tail, trim_compile_error
-from .pool import StageClock, WorkerSet, run_worker, scrubbed_env
+from .pool import StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
+from .warm import WarmPool
 
 
 @dataclass
@@ -48,18 +55,23 @@ class Build:
 def compile_in(folder: Path, source: str, *, settings: EvalSettings, env: dict[str, str],
                job: dict, on_output: OutputCallback | None = None, root: Path | None = None,
                registry: WorkerSet | None = None,
-               hold: Callable[[int], AbstractContextManager] | None = None) -> Build:
-    """Build ``source`` in a compile worker whose extensions folder is ``folder`` (a cache hit
-    when a successful build is already there and ninja has nothing left to do)."""
+               hold: Callable[[int], AbstractContextManager] | None = None,
+               ready: Callable[[], WorkerProcess] | None = None, cached: bool = True) -> Build:
+    """Build ``source`` in a compile worker whose extensions folder is ``folder`` (with ``cached``, a
+    cache hit when a successful build is already there and ninja has nothing left to do): one that
+    ``ready`` hands out, already waiting with torch imported, or else one started for it."""
     folder.mkdir(parents=True, exist_ok=True)
     candidate = folder / "candidate.py"
-    if cache.is_built(folder) and candidate.is_file() and cache.up_to_date(folder):
+    if cached and cache.is_built(folder) and candidate.is_file() and cache.up_to_date(folder):
         return Build(ok=True, folder=folder, cached=True)
     candidate.write_text(source, encoding="utf-8")
     cache.clear_locks(folder)
-    run = run_worker({**job, "mode": "compile", "candidate_path": str(candidate)}, env=env,
-                     timeout_s=settings.compile_timeout_s, on_output=on_output, root=root, registry=registry,
-                     hold=hold)
+    if ready is not None:
+        run = _compile_on(ready(), candidate, folder, settings, on_output, registry, hold)
+    else:
+        run = run_worker({**job, "mode": "compile", "candidate_path": str(candidate)}, env=env,
+                         timeout_s=settings.compile_timeout_s, on_output=on_output, root=root, registry=registry,
+                         hold=hold)
     log = run.log[-200_000:]
     if run.timed_out:
         cache.clear_locks(folder)
@@ -78,49 +90,107 @@ def compile_in(folder: Path, source: str, *, settings: EvalSettings, env: dict[s
     return Build(ok=True, folder=folder, compile_s=run.wall_s, log=log)
 
 
+def _compile_on(worker: WorkerProcess, candidate: Path, folder: Path, settings: EvalSettings,
+                on_output: OutputCallback | None, registry: WorkerSet | None,
+                hold: Callable[[int], AbstractContextManager] | None) -> WorkerRun:
+    """Hand a waiting compile worker its candidate and follow the build to its end or its limit."""
+    limit = Limit(settings.compile_timeout_s, f"{settings.compile_timeout_s:g} s")
+    try:
+        with hold(worker.pid) if hold is not None else contextlib.nullcontext():
+            worker.output()  # what it printed getting ready is not this build's
+            worker.send(Assignment(candidate_path=str(candidate), build_dir=str(folder)).model_dump())
+            exceeded = worker.follow(limit=lambda _: limit, on_output=on_output)
+        run = worker.result(exceeded)
+    finally:
+        worker.remove()
+        if registry is not None:
+            registry.discard(worker)
+    # Its wall time from the candidate's arrival: getting ready was before the build was asked for.
+    return dataclasses.replace(run, wall_s=time.monotonic() - worker.assigned_at)
+
+
 def build_once(source: str, folder: Path, device: str = "cuda", *, fast: bool = True,
                timeout_s: float = 600) -> Build:
     """``source`` built in ``folder`` as a run builds it (``fast``) or as a plain ``load_inline``
-    does, outside any evaluator (the build benchmark, the build tests). The compiler's log is
+    does, outside any evaluator (the build benchmark, the build tests), whatever the folder holds
+    already (``load_inline``'s own ninja still skips what is up to date). The compiler's log is
     also left in ``folder/compile.log``."""
     settings = EvalSettings(device=device, fast_build=fast, compile_timeout_s=timeout_s, cache_dir=folder.parent)
     env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(device)})
-    build = compile_in(folder, source, settings=settings, env=env, job={"settings": settings})
+    build = compile_in(folder, source, settings=settings, env=env, job={"settings": settings}, cached=False)
     (folder / "compile.log").write_text(build.log, encoding="utf-8")
     return build
 
 
 def warm_toolchain(root: Path, device: str, timeout_s: float = 900) -> tuple[float, bool]:
-    """Make, under ``root/toolchain`` (beside the build folders under ``root``), the precompiled
-    bindings header for the flag set most candidates use and the light CUDA header, so that the
-    first candidate's cold build finds them: (wall seconds, ready). Run once per evaluator, while
-    the model writes its first responses; a ready toolchain returns at once."""
-    folder = root / "warm"
-    folder.mkdir(parents=True, exist_ok=True)
-    env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(device)})
+    """Make, under ``root/toolchain`` (beside the build folders under ``root``), the light CUDA
+    header and the precompiled bindings header of the flag sets most candidates use, so that a
+    cold build finds them: (wall seconds, ready). A ready toolchain returns in about a second."""
+    warmer = ToolchainWarmer(root, device)
     start = time.monotonic()
-    try:
-        out = subprocess.run([sys.executable, "-m", "kevin_agent.evaluate.toolchain.build", "warm", device], env=env,
-                             capture_output=True, text=True, timeout=timeout_s, check=False, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return time.monotonic() - start, False
-    (folder / "warm.log").write_text(out.stdout + out.stderr, encoding="utf-8")
-    return time.monotonic() - start, out.returncode == 0
+    warmer.start()
+    ready = warmer.wait(timeout_s)
+    return time.monotonic() - start, ready
+
+
+class ToolchainWarmer:
+    """The toolchain made in the background while the model writes its first responses: one
+    process, in a session of its own so that stopping it stops its compiler too."""
+
+    def __init__(self, root: Path, device: str) -> None:
+        self.root, self.device = root, device
+        self._proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        folder = self.root / "warm"
+        folder.mkdir(parents=True, exist_ok=True)
+        env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(self.device)})
+        with open(folder / "warm.log", "wb") as log:
+            self._proc = subprocess.Popen([sys.executable, "-m", "kevin_agent.evaluate.toolchain.build", "warm",
+                                           self.device], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the toolchain is ready; stops the warm-up at ``timeout_s``."""
+        if self._proc is None:
+            return False
+        try:
+            return self._proc.wait(timeout=timeout_s) == 0
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return False
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
 
 
 class Builds:
     """The builds of one evaluator: ``parallel_compiles`` at once, through the build cache; a
-    source already being built by another submission waits for that build."""
+    source already being built by another submission waits for that build. Compile workers are
+    started ahead of need (``WarmPool``), each importing torch and its extension builder while
+    nothing asks for it yet, and each builds one candidate."""
 
-    def __init__(self, settings: EvalSettings, *, job: Callable[[], dict], env: Callable[[Path], dict[str, str]],
-                 scratch: Path, registry: WorkerSet, hold: Callable[[int], AbstractContextManager],
-                 aborted: threading.Event) -> None:
+    def __init__(self, settings: EvalSettings, *, job: Callable[[], dict], env: Callable[[Path | None], dict[str, str]],
+                 scratch: Path, registry: WorkerSet, gate: DeviceGate, aborted: threading.Event) -> None:
         self.settings = settings
-        self._job, self._env, self._scratch, self._registry, self._hold = job, env, scratch, registry, hold
-        self._aborted = aborted
+        self._job, self._env, self._scratch, self._registry = job, env, scratch, registry
+        self._hold, self._aborted = gate.pausable, aborted
         self._slots = threading.BoundedSemaphore(settings.parallel_compiles)
         self._pending: dict[str, Future[Build]] = {}
         self._lock = threading.Lock()
+        # A waiting compile worker only loads the processor: it is stopped, as builds are, while a
+        # timing runs (not a sharer of the device).
+        self.pool = WarmPool(self._start_worker, size=settings.parallel_compiles, gate=gate, give_up=aborted.is_set,
+                             prep_limit=Limit(settings.load_timeout_s, f"load_timeout_s = {settings.load_timeout_s:g} s"),
+                             registry=registry)
+        self._opened = False
+
+    def _start_worker(self) -> WorkerProcess:
+        return WorkerProcess({**self._job(), "mode": "compile", "candidate_path": ""}, env=self._env(None),
+                             root=self._scratch)
 
     def folder(self, source: str) -> Path:
         return self.settings.cache_dir / cache.build_key(source, self.settings.device, self.settings.fast_build)
@@ -128,8 +198,24 @@ class Builds:
     def build(self, source: str, on_output: OutputCallback | None = None) -> Build:
         """Build ``source`` now (no slot, no sharing: the caller holds them)."""
         folder = self.folder(source)
+
+        def ready() -> WorkerProcess:
+            # Opened at the first build the cache cannot answer: none waits in an evaluator that
+            # builds nothing; from then on one more is ready whenever one is taken.
+            with self._lock:
+                if not self._opened:
+                    self._opened = True
+                    self.pool.open()
+            self.pool.expect(1)
+            return self.pool.take()
+
         return compile_in(folder, source, settings=self.settings, env=self._env(folder), job=self._job(),
-                          on_output=on_output, root=self._scratch, registry=self._registry, hold=self._hold)
+                          on_output=on_output, root=self._scratch, registry=self._registry, hold=self._hold,
+                          ready=ready)
+
+    def close(self) -> None:
+        """Stop the waiting compile workers."""
+        self.pool.close()
 
     def get(self, source: str, clock: StageClock | None = None, on_output: OutputCallback | None = None) -> Build:
         """``source``'s build, waiting for a slot, or for the same source's build already running."""

@@ -39,11 +39,11 @@ from ...task import Task, TaskProbe
 from ..toolchain import cache
 from .. import memory
 from .. import reference
-from .builds import Build, Builds, acquire, warm_toolchain
+from .builds import Build, Builds, ToolchainWarmer, acquire
 from .confirmation import Confirmations
 from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, Assignment
-from .logs import tail, trim_compile_error
+from .logs import tail
 from ..memory import Footprint
 from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
@@ -68,7 +68,7 @@ class LocalEvaluator:
         self.workers_running = WorkerSet()
         """Every worker and compiler this evaluator has running (all killed at once on abort)."""
         self.builds = Builds(settings, job=lambda: self.job("compile"), env=self.env, scratch=self.scratch,
-                             registry=self.workers_running, hold=self.gate.pausable, aborted=self._aborted)
+                             registry=self.workers_running, gate=self.gate, aborted=self._aborted)
         self._threads: set[threading.Thread] = set()
         self.reference: reference.ReferenceData | None = None
         """The task's reference data (after ``probe``)."""
@@ -86,8 +86,14 @@ class LocalEvaluator:
                              registry=self.workers_running, room=self._gpu_room, share_device=self.device == "cuda")
         self._room_checked = (0.0, True)
         self.confirmations = Confirmations(self)
+        self.warmer: ToolchainWarmer | None = None
+        if self.device == "cuda" and settings.fast_build:
+            # The precompiled bindings headers take half a minute to make, once per machine: made
+            # while the model writes its first responses, they are there for the first cold build.
+            self.warmer = ToolchainWarmer(settings.cache_dir, self.device)
+            self.warmer.start()
         # Waiting workers exit when their pipe closes; this stops them sooner, and at exit.
-        self._finalizer = weakref.finalize(self, _close_quietly, self.pool, self.scratch)
+        self._finalizer = weakref.finalize(self, _close_quietly, [self.pool, self.builds.pool], self.scratch)
 
     @property
     def aborted(self) -> bool:
@@ -355,7 +361,10 @@ class LocalEvaluator:
         """Kill every worker and compiler now, the waiting ones too; pending results resolve as
         interrupted."""
         self._aborted.set()
+        if self.warmer is not None:
+            self.warmer.stop()
         self.gate.close()
+        self.builds.close()
         self.workers_running.kill_all()
         self.pool.close()
 
@@ -363,6 +372,9 @@ class LocalEvaluator:
         """Stop the waiting workers and whatever still runs, and remove their folders; builds and
         reference data stay in the cache."""
         self.pool.close()
+        self.builds.close()
+        # A warm-up still running is left to finish (a minute at most, once per machine): the next
+        # run's first build finds its headers. Only an abort stops it.
         if self._threads:
             self.abort()
             for thread in list(self._threads):
@@ -370,8 +382,9 @@ class LocalEvaluator:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _close_quietly(pool: WarmPool, scratch: Path) -> None:
-    pool.close()
+def _close_quietly(pools: list[WarmPool], scratch: Path) -> None:
+    for pool in pools:
+        pool.close()
     shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -43,7 +43,7 @@ def host_device_name(device: str, gpu: str | None = None) -> str:
 
 def default_eval_workers(device: str) -> int:
     """Workers kept ready or getting ready (as many again may be busy with a candidate): a few, by cores."""
-    return max(1, min(4, (os.cpu_count() or 1) // 4))
+    return max(1, min(8, (os.cpu_count() or 1) // 2))
 
 
 def gpu_free_bytes(gpu: str | None = None) -> int | None:

@@ -183,7 +183,8 @@ class WorkerProcess:
         with _live_lock:
             _live_groups.add(self.proc.pid)
         self.pid = self.proc.pid
-        self.started = time.monotonic()
+        self.started = self.assigned_at = time.monotonic()
+        """When it started, and when it was last sent something (a waiting worker: its candidate)."""
         self._progress, self._control = progress_r, control_w
         self._pending = b""
         self._eof = False
@@ -212,6 +213,7 @@ class WorkerProcess:
 
     def send(self, payload: Mapping) -> None:
         self.waiting_for = ""
+        self.assigned_at = time.monotonic()
         try:
             os.write(self._control, (json.dumps(dict(payload)) + "\n").encode())
         except OSError:

@@ -197,6 +197,8 @@ def fast_load_inline(call: Callable[[], object], arguments: dict, shared: Path |
         return call()
     attempt = Path(tempfile.mkstemp(prefix="kevin-build-", suffix=".log")[1])
     path = "fast" if plan.env() else "plain"
+    # Said as the build starts, so that someone watching sees it move before the compiler's output.
+    _note(f"{name}: building ({plan.describe()})")
     try:
         try:
             with _environment(plan.env()), _stdout_to(attempt):
@@ -256,22 +258,32 @@ def building(fast: bool = True) -> Iterator[None]:
         cpp.load_inline = original
 
 
+WARM_FLAG_SETS = {"cuda": [None, ["-O3"]], "cpu": [["-O3"]]}
+"""The bindings' flag sets most candidates use, by device (none, or ``-O3`` as the prompt's
+examples write): the precompiled header of each is made before the first candidate arrives."""
+
+
 def _warm_here(device: str) -> int:
-    arguments = {"name": "kevin_warm", "cpp_sources": "", "functions": [],
-                 "cuda_sources": "__global__ void k() {}" if device == "cuda" else None,
-                 "extra_cflags": ["-O3"] if device == "cpu" else None}
+    """Make the light header (cuda) and the precompiled header of each common flag set, the light
+    header first: it takes a second, and the first builds can use it while the others are made."""
     shared = shared_dir()
-    header = pch.for_call(arguments, shared)
-    if header is None:
-        print("no precompiled header for this compiler", file=sys.stderr)
-        return 1
-    finish = None if header.ready() else header.start_build(first_sighting_waits=False)
-    if finish is not None:
-        finish()
     if device == "cuda" and light.overlay(shared) is None:
         print("the light header is marked broken", file=sys.stderr)
         return 1
-    return 0 if header.ready() else 1
+    headers, finishing = [], []
+    for flags in WARM_FLAG_SETS[device]:
+        arguments = {"name": "kevin_warm", "cpp_sources": "", "functions": [],
+                     "cuda_sources": "__global__ void k() {}" if device == "cuda" else None, "extra_cflags": flags}
+        header = pch.for_call(arguments, shared)
+        if header is None:
+            print("no precompiled header for this compiler", file=sys.stderr)
+            return 1
+        headers.append(header)
+        if not header.ready() and (finish := header.start_build(first_sighting_waits=False)) is not None:
+            finishing.append(finish)  # the compilers run side by side, one core each
+    for finish in finishing:
+        finish()
+    return 0 if all(h.ready() for h in headers) else 1
 
 
 if __name__ == "__main__":

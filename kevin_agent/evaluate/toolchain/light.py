@@ -1,21 +1,28 @@
 """A light header for candidates' CUDA sources: the tensor API they use, not the C++ frontend.
 
 ``load_inline`` starts the ``.cu`` file with ``#include <torch/types.h>`` and candidates add
-``<torch/extension.h>``; together they bring all of ATen's operators, autograd, ``torch::nn``,
-``torch::optim`` and pybind11, which nvcc parses three times. The light header is
-``ATen/core/Tensor.h`` (``torch::Tensor`` and its methods), ``ATen/Dispatch.h``, the tensor
-factories kernels call (``torch::empty``, ``torch::zeros_like``, ...) and the ``torch``
-namespace's own aliases (``torch::kFloat32``, ...). A folder with ``torch/types.h`` and
-``torch/extension.h`` that include it, for nvcc only (``__CUDACC__``), goes on ``CPATH``.
+``<torch/extension.h>`` (often ``<ATen/cuda/CUDAContext.h>`` too); together they bring all of
+ATen's operators, autograd, ``torch::nn``, ``torch::optim``, pybind11 and the CUDA libraries'
+headers, which nvcc parses three times. The light header is ``ATen/core/Tensor.h``
+(``torch::Tensor`` and its methods), ``ATen/Dispatch.h``, the tensor factories kernels call
+(``torch::empty``, ``torch::zeros_like``, ...) and the ``torch`` namespace's own aliases
+(``torch::kFloat32``, ...). A folder whose ``torch/types.h`` and ``torch/extension.h`` include
+it, for nvcc only (``__CUDACC__``), goes on ``CPATH``; beside them a light
+``ATen/cuda/CUDAContext.h`` (the CUDA context's functions and ``c10::cuda``'s streams and error
+checks, without cuBLAS, cuSPARSE and cuSOLVER), and for each factory a light ``ATen/ops/<op>.h``
+(the operator's declaration and its ``at::`` functions, without ``ATen/Context.h`` and the rest
+the generated header pulls in).
 
 It is generated from this PyTorch's own headers, so that what compiles means what it means
 with the full headers:
-- the factories are copied from ``variable_factories.h`` (same overloads, same handling of
-  ``requires_grad``), with ``autograd::make_variable`` reduced to what it does for a fresh
-  tensor; the factories left out, and the namespaces the full headers declare directly in
-  ``torch`` (``torch::cuda``, ``torch::nn``, ...), are declared as empty names here, so that
-  using one fails (and the build runs again with the full headers) instead of reaching an
-  ``at::`` namesake through ``torch``'s ``using namespace at``;
+- the ``at::`` functions and the factories are copied from ``ATen/ops/<op>.h`` and
+  ``variable_factories.h`` (same overloads, same handling of ``requires_grad``), with
+  ``autograd::make_variable`` reduced to what it does for a fresh tensor; the CUDA context's
+  declarations are copied from ``CUDAContextLight.h``, less those that name a library's types;
+- the factories left out, and the namespaces the full headers declare directly in ``torch``
+  (``torch::cuda``, ``torch::nn``, ...), are declared as empty names here, so that using one fails
+  (and the build runs again with the full headers) instead of reaching an ``at::`` namesake through
+  ``torch``'s ``using namespace at``;
 - a source that includes other ``torch/`` headers, or pybind11, is built plainly.
 """
 
@@ -40,7 +47,9 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 _SHIMMED = {"torch/extension.h", "torch/types.h"}
 _BLOCK = re.compile(r"^inline at::Tensor (\w+)\(.*?^\}$", re.MULTILINE | re.DOTALL)
 _NAMESPACES = (re.compile(r"namespace\s+torch::(\w+)"), re.compile(r"namespace\s+torch\s*\{\s*namespace\s+(\w+)"))
-_OWN_ERROR = re.compile(r"kevin_light\.h(\(\d+\)|:\d+:\d+):? (fatal )?error")
+_OWN_ERROR = r"/[\w/]+\.h(\(\d+\)|:\d+:\d+):? (fatal )?error"
+"""An error inside one of the overlay's own headers (the overlay folder's path precedes it)."""
+_INCLUDED_OP = re.compile(r"^#include <ATen/ops/(\w+)\.h>$", re.MULTILINE)
 
 
 def refusal(cuda_sources: list[str]) -> str | None:
@@ -97,6 +106,7 @@ def header_text(root: Path) -> str:
         "#include <ATen/core/Tensor.h>",
         "#include <ATen/Dispatch.h>",
         "#include <ATen/TracerMode.h>",
+        "#include <ATen/core/LegacyTypeDispatch.h>",
         *[f"#include <ATen/ops/{op}.h>" for op in sorted(set(ops))],
         "",
         "namespace torch::kevin_light {",
@@ -125,6 +135,59 @@ def header_text(root: Path) -> str:
     return "\n".join(lines)
 
 
+def ops_text(root: Path, op: str) -> str | None:
+    """A light ``ATen/ops/<op>.h`` for nvcc: the operator's declaration (``<op>_ops.h``) and the
+    ``at::`` functions of the generated header, copied, without its other includes. None when the
+    header is not a generated one (it includes no ``_ops.h``: it is light already)."""
+    real = (root / "ATen/ops" / f"{op}.h").read_text()
+    marker = f"#include <ATen/ops/{op}_ops.h>"
+    if marker not in real or "#else" not in real:
+        return None
+    body = real[real.index(marker) + len(marker):real.rindex("#else")]
+    return (f"#pragma once\n#if defined(__CUDACC__)\n#include <ATen/core/Tensor.h>\n{marker}\n{body}"
+            f"\n#else\n#include_next <ATen/ops/{op}.h>\n#endif\n")
+
+
+_LIBRARY_TYPES = re.compile(r"cusparse|cublas|cusolver|cudss|Workspace|USE_CUDSS|USE_ROCM", re.IGNORECASE)
+
+
+def cuda_context_text(root: Path) -> str:
+    """A light ``ATen/cuda/CUDAContext.h`` for nvcc: the declarations of ``CUDAContextLight.h`` that
+    name no CUDA library's types, and the headers the real one includes for streams and errors."""
+    real = (root / "ATen/cuda/CUDAContextLight.h").read_text()
+    start = real.index("namespace at::cuda {")
+    end = real.index("} // namespace at::cuda", start)
+    kept, skipping = [], 0
+    for line in real[start:end].splitlines()[1:]:
+        if skipping:  # the rest of a struct that holds a library's workspaces
+            skipping += line.count("{") - line.count("}")
+            continue
+        if line.startswith("struct ") and _LIBRARY_TYPES.search(line):
+            skipping = line.count("{") - line.count("}")
+            continue
+        if line.startswith("#") or _LIBRARY_TYPES.search(line):
+            continue
+        kept.append(line)
+    return "\n".join([
+        "#pragma once",
+        "#if defined(__CUDACC__)",
+        "#include <cstdint>",
+        "#include <cuda_runtime_api.h>",
+        "#include <c10/core/Allocator.h>",
+        "#include <c10/cuda/CUDAFunctions.h>",
+        "#include <c10/cuda/CUDAStream.h>",
+        "#include <c10/cuda/CUDAException.h>",
+        "#include <c10/util/Logging.h>",
+        "namespace at::cuda {",
+        *kept,
+        "} // namespace at::cuda",
+        "#else",
+        "#include_next <ATen/cuda/CUDAContext.h>",
+        "#endif",
+        "",
+    ])
+
+
 def _shim(name: str) -> str:
     return (f"#pragma once\n#if defined(__CUDACC__)\n#include \"../kevin_light.h\"\n"
             f"#else\n#include_next <torch/{name}.h>\n#endif\n")
@@ -135,7 +198,7 @@ def overlay(shared: Path) -> Path | None:
     when it cannot be made or a build found it broken."""
     root = _include_root()
     sources = [root / "torch/csrc/autograd/generated/variable_factories.h",
-               root / "torch/csrc/api/include/torch/types.h"]
+               root / "torch/csrc/api/include/torch/types.h", root / "ATen/cuda/CUDAContextLight.h"]
     identity = f"{VERSION}|{root}|" + "|".join(str(p.stat().st_mtime_ns) for p in sources)
     folder = shared / f"light-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
     if (folder / "broken.log").is_file():
@@ -145,9 +208,16 @@ def overlay(shared: Path) -> Path | None:
     tmp = shared / f".{folder.name}.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "torch").mkdir(parents=True)
-    (tmp / "kevin_light.h").write_text(header_text(root))
+    (tmp / "ATen" / "ops").mkdir(parents=True)
+    (tmp / "ATen" / "cuda").mkdir(parents=True)
+    text = header_text(root)
+    (tmp / "kevin_light.h").write_text(text)
     for name in ("extension", "types"):
         (tmp / "torch" / f"{name}.h").write_text(_shim(name))
+    for op in _INCLUDED_OP.findall(text):
+        if (light_op := ops_text(root, op)) is not None:
+            (tmp / "ATen" / "ops" / f"{op}.h").write_text(light_op)
+    (tmp / "ATen" / "cuda" / "CUDAContext.h").write_text(cuda_context_text(root))
     try:
         os.rename(tmp, folder)
     except OSError:  # made meanwhile by another build
@@ -156,9 +226,7 @@ def overlay(shared: Path) -> Path | None:
 
 
 def note_failure(log: str, shared: Path) -> None:
-    """A build whose errors are in the light header itself marks it broken for good."""
-    if not _OWN_ERROR.search(log):
-        return
+    """A build whose errors are in the light headers themselves marks them broken for good."""
     for folder in shared.glob("light-*"):
-        if str(folder) in log:
+        if re.search(re.escape(str(folder)) + _OWN_ERROR, log):
             (folder / "broken.log").write_text(log[-20000:])

@@ -13,18 +13,18 @@ from collections.abc import Callable
 import torch
 
 from ...config import EvalSettings
-from ...results import EvalResult, GraphTiming, RuntimeFloor, Stage, Status, SyncCheck
+from ...results import EvalResult, GraphTiming, LaunchedTiming, RuntimeFloor, Stage, Status, SyncCheck
 from ..toolchain.cache import cpu_name
 from . import meter
-from .correctness import (Mismatch, Outcome, check_inputs_unchanged, check_no_alias, check_plain_tensors,
+from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import graph_column
-from ..memory import graph_fits
+from ..memory import graph_output_budget
 from .guards import Integrity, audit_ops
 from ..jobs import Job, WorkerReply
 from ..plausibility import bandwidth, implausibility, runtime_floor
 from .taskcode import TaskProblem, call_factory, describe, import_file
-from .timing import GRAPH_MAX_OUTPUT_BYTES, Runs, Timer, hidden_work, hidden_work_refusal
+from .timing import GRAPH_MAX_OUTPUT_BYTES, Runs, Timer, hidden_work, hidden_work_refusal, speedup_of
 from .trials import ReferenceChanged, Trials
 
 
@@ -136,19 +136,25 @@ def _answer(trials: Trials, name: str):
     return lambda *inputs: trials.expected(name, inputs)
 
 
+def _trial(settings: EvalSettings, trials: Trials, cand, name: str, outcome: Outcome):
+    """``run_trial`` on set ``name`` of ``trials``, each run on a fresh copy of it."""
+    s = settings
+    return run_trial(cand, _answer(trials, name), lambda: trials.draw(name), trials.digests(name),
+                     device=s.device, atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome,
+                     poison_bytes=trials.poison_bytes())
+
+
 def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> None:
     """The correctness trials and the operator audit, on the sets of ``trials``; raises
     ``Mismatch`` or ``RuleBroken``."""
     s, device = settings, settings.device
-    poison = trials.poison_bytes()
     previous = None
     for i in range(s.correctness_trials):
         name = f"trial-{i + 1}"
-        inputs, which = trials.inputs(name), trials.input_set(name)
+        which = trials.input_set(name)
         outcome.trials += 1
         try:
-            got, want = run_trial(cand, _answer(trials, name), inputs, device=device, atol=s.atol, rtol=s.rtol,
-                                  preset=s.tolerance, outcome=outcome, poison_bytes=poison)
+            got, want = _trial(s, trials, cand, name, outcome)
         except Mismatch as exc:
             raise Mismatch(f"trial {i + 1} of {s.correctness_trials} (seed {which.seed}, "
                            f"{which.distribution} inputs): {exc}") from None
@@ -159,7 +165,7 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
         outcome.trials_passed += 1
     check_integrity(integrity, "during the correctness trials")
     if s.op_audit:
-        computing = audit_ops(cand, trials.on_device("audit"))
+        computing = audit_ops(cand, trials.draw("audit"))
         sync(device)
         if computing:
             raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
@@ -171,27 +177,33 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
     """The re-check after timing: new values written into the very tensors the candidate was
     timed on (an answer cached by address goes stale), then one more ordinary trial. Raises
     ``Mismatch``; returns the bytes one call reads and writes (its inputs and output), for the
-    physical floor."""
+    physical floor. The caller may drop ``timed_inputs`` once this returns."""
     s, device = settings, settings.device
-    fresh = trials.inputs("recheck")
-    with torch.no_grad():
-        for t, f in zip(timed_inputs, fresh):
-            if isinstance(t, torch.Tensor) and t.shape == f.shape:
-                t.copy_(f)
+    fresh = trials.draw("recheck")
+    rewritable = len(fresh) == len(timed_inputs) and all(
+        not isinstance(f, torch.Tensor) or (isinstance(t, torch.Tensor) and t.shape == f.shape and t.dtype == f.dtype)
+        for t, f in zip(timed_inputs, fresh))
+    if rewritable:
+        with torch.no_grad():
+            for t, f in zip(timed_inputs, fresh):
+                if isinstance(t, torch.Tensor):
+                    t.copy_(f)
+        inputs = timed_inputs
+    else:
+        inputs = fresh  # sets of other shapes: checked on their own tensors
+    del fresh
     try:
         with poisoned_memory(device), torch.no_grad():
-            got = cand(*timed_inputs)
+            got = cand(*inputs)
             sync(device)
             check_plain_tensors(got)
-            check_inputs_unchanged(timed_inputs, fresh)
-            check_no_alias(got, timed_inputs)
-            want = trials.expected("recheck", timed_inputs)
+            check_digests_unchanged(inputs, trials.digests("recheck"))
+            check_no_alias(got, inputs)
+            want = trials.expected("recheck", inputs)
         compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
-        moved = nbytes_of(fresh) + nbytes_of([got])
-        del got, want  # the next trial's copies take their place, beside the timing inputs still held
-        run_trial(cand, _answer(trials, "recheck-trial"), trials.inputs("recheck-trial"), device=device,
-                  atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome,
-                  poison_bytes=trials.poison_bytes())
+        moved = nbytes_of(inputs) + nbytes_of([got])
+        del got, want, inputs
+        _trial(s, trials, cand, "recheck-trial", outcome)
     except Mismatch as exc:
         raise Mismatch(f"re-check after timing failed: {exc}") from None
     return moved
@@ -221,6 +233,35 @@ def physical_floor(settings: EvalSettings, trials: Trials, moved_bytes: int) -> 
                          bandwidth_source="measured" if settings.bandwidth_gb_s is None else "given")
 
 
+def launched_column(timer: Timer, cand, ref, inputs: list) -> LaunchedTiming | None:
+    """cuda: candidate and reference with their launches in the time (``Timer.launched``)."""
+    runtime, reference = timer.launched(cand, inputs), timer.launched(ref, inputs)
+    if runtime is None or reference is None:
+        return None
+    return LaunchedTiming(runtime=runtime, reference=reference,
+                          speedup=reference.median_ms / max(runtime.median_ms, 1e-9))
+
+
+def cuda_graph(settings: EvalSettings, trials: Trials, timer: Timer, cand, ref, candidate_ms: float,
+               integrity: Integrity) -> GraphTiming:
+    """The CUDA-graph column, on a fresh copy of the timing set, within the evaluation's plan: the
+    captured calls' outputs stay alive in the graph's pool, so a task whose outputs leave no room
+    for them beside the inputs and the reference's answer gets a note instead."""
+    s, fp = settings, trials.meta.footprint
+    budget = graph_output_budget(fp, GRAPH_MAX_OUTPUT_BYTES)
+    per_call = fp.forward_bytes if fp is not None else 0
+    if budget < per_call:
+        return GraphTiming(calls=0, runtime_note=_GRAPH_TOO_LARGE, reference_note=_GRAPH_TOO_LARGE)
+    meter.release(s.device)  # the graphs' pools are made from what the device has free
+    # Last, with every check passed: candidate code runs inside the capture, and the verdict does
+    # not depend on it (a model that cannot be captured just gets a note).
+    graph = graph_column(timer, cand, ref, trials.draw("timing"), candidate_ms=candidate_ms,
+                         replays=max(5, s.timed_runs // 4), atol=s.atol, rtol=s.rtol, preset=s.tolerance,
+                         output_budget=budget, per_call_bytes=per_call)
+    check_integrity(integrity, "while it was replayed from a CUDA graph")
+    return graph
+
+
 def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter, result,
                     integrity: Integrity) -> WorkerReply:
     s, device = job.settings, job.settings.device
@@ -231,38 +272,33 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     # or the temperature between them cannot flatter either.
     enter(Stage.TIMING)
     timer = Timer(device)
-    timing_inputs = trials.on_device("timing")
+    meter.release(device)  # what the trials left cached goes back before the timing's buffers are made
+    timing_inputs = trials.draw("timing")
     overhead_ms = timer.sync_overhead_ms(s.timed_runs)
-    runs = timer.runs(cand, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
+    # Head to head, in rounds, on the same tensors (the re-check below writes new values into them).
+    runs, ref_runs = timer.rounds([cand, ref], timing_inputs, warmup=s.warmup_runs, rounds=s.timed_runs)
     check_integrity(integrity, "while it was timed")
-    runtime = runs.stream
+    runtime, reference = runs.stream, ref_runs.stream
     sync_check = refuse_hidden_work(runs, overhead_ms, device)
-    # On the very tensors the candidate was timed on: the re-check below writes new values into them anyway.
-    reference = timer.time(ref, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
+    launched = launched_column(timer, cand, ref, timing_inputs)
+    check_integrity(integrity, "while it was timed")
     flags: list[str] = []
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
         flags.append(compile_failed(trials.meta.compile_error))
     moved = recheck(s, trials, cand, timing_inputs, outcome)
+    del timing_inputs
 
-    speedup = reference.median_ms / max(runtime.median_ms, 1e-9)
+    speedup = speedup_of(ref_runs, runs)
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
     floor = physical_floor(s, trials, moved)
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
         flags.append(flag)
-    graph = None
-    if device == "cuda" and not graph_fits(trials.meta.footprint, meter.room(device) or 0, GRAPH_MAX_OUTPUT_BYTES):
-        graph = GraphTiming(calls=0, runtime_note=_GRAPH_TOO_LARGE, reference_note=_GRAPH_TOO_LARGE)
-    elif device == "cuda":
-        # Last, with every check passed: candidate code runs inside the capture, and the verdict
-        # does not depend on it (a model that cannot be captured just gets a note).
-        graph = graph_column(timer, cand, ref, timing_inputs, candidate_ms=runtime.median_ms,
-                             replays=max(5, s.timed_runs // 4), atol=s.atol, rtol=s.rtol, preset=s.tolerance)
-        check_integrity(integrity, "while it was replayed from a CUDA graph")
+    graph = cuda_graph(s, trials, timer, cand, ref, runtime.median_ms, integrity) if device == "cuda" else None
     enter(Stage.DONE)
     return result(Status.CORRECT, runtime=runtime, reference=reference, compiled_reference=compiled,
                   speedup=speedup, speedup_vs_compile=vs_compile, flags=flags, floor=floor,
-                  implausible=flag is not None, sync=sync_check, graph=graph)
+                  implausible=flag is not None, sync=sync_check, graph=graph, launched=launched)
 
 
 def _unchanged(previous, current) -> bool:

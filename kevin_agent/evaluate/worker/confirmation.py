@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...results import Confirmed, Stage
+from ...results import Confirmed, LaunchedTiming, Stage, TimingStats
 from . import meter
 from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
                         refuse_hidden_work, versions)
@@ -45,7 +45,7 @@ from .guards import Integrity
 from ..jobs import Assignment, Job, WorkerReply
 from ..plausibility import implausibility
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
-from .timing import Runs, Timer
+from .timing import Runs, Timer, ratios
 from .trials import ReferenceChanged, Trials, read_meta
 
 MIN_ROUNDS = 20
@@ -71,10 +71,6 @@ def median_interval(values, level: float = LEVEL) -> tuple[float, float]:
     return s[cut], s[n - 1 - cut]
 
 
-def _ratios(over: list[float], under: list[float]) -> list[float]:
-    return [a / max(b, 1e-9) for a, b in zip(over, under)]
-
-
 def _settled(ratios: list[float]) -> bool:
     low, high = median_interval(ratios)
     return (high - low) / 2 <= PRECISION * statistics.median(ratios)
@@ -92,6 +88,8 @@ class Timed:
     fn: Callable
     kernel: Kernel | None = None
     runs: Runs = field(default_factory=lambda: Runs([], []))
+    launched: TimingStats | None = None
+    """cuda: its time with its launches in it, after the rounds."""
 
     @property
     def mark(self) -> str:
@@ -101,10 +99,6 @@ class Timed:
     @property
     def stream_ms(self) -> list[float]:
         return self.runs.stream_ms
-
-    def add(self, stream_ms: float, synced_ms: float) -> None:
-        self.runs.stream_ms.append(stream_ms)
-        self.runs.synced_ms.append(synced_ms)
 
 
 @dataclass
@@ -146,7 +140,7 @@ class Confirming:
             try:
                 self.compiled = torch.compile(self.ref)
                 with torch.no_grad():
-                    self.compiled(*self.trials.on_device("timing"))
+                    self.compiled(*self.trials.draw("timing"))
             except Exception as exc:
                 self.compiled, self.compile_error = None, describe(exc)[:300]
         self.timer = Timer(self.device)
@@ -190,11 +184,12 @@ class Confirming:
     def time(self) -> tuple[Timed, Timed | None, float]:
         self.request("timing")  # returns once the device is this worker's alone
         self.stage(Stage.TIMING)
+        meter.release(self.device)  # what the trials left cached goes back before the rounds
         # One copy of the timing inputs for everything timed, as a run worker times its candidate and
         # the reference on one copy: five copies of a 6 GB input would not fit beside a model
         # holding most of the GPU. Inputs are checked unchanged, and each kernel's re-check writes
         # values it has never seen into this copy, so an answer cached by address still goes stale.
-        self.timing = timing = self.trials.on_device("timing")
+        self.timing = timing = self.trials.draw("timing")
         for kernel in self.kernels:
             if kernel.alive:
                 kernel.timed = Timed(kernel.model, kernel)
@@ -211,13 +206,16 @@ class Confirming:
             rounds = 0
             while rounds < self.s.confirm_rounds:
                 for entry in list(entries):
-                    self._run(entry, entries, lambda e=entry: e.add(*self.timer.one(e.fn, timing)))
+                    self._run(entry, entries, lambda e=entry: e.runs.add(self.timer.one(e.fn, timing)))
                 rounds += 1
                 live = [k for k in self.kernels if k.alive]
                 if not live or rounds >= MIN_ROUNDS and rounds % CHECK_EVERY == 0 and (
                         time.monotonic() - started > self.job.budget_s
-                        or all(_settled(_ratios(reference.stream_ms, k.timed.stream_ms)) for k in live)):
+                        or all(_settled(ratios(reference.stream_ms, k.timed.stream_ms)) for k in live)):
                     break
+            # With their launches in the time, beside the rounds' headline (``Timer.launched``).
+            for entry in list(entries):
+                self._run(entry, entries, lambda e=entry: setattr(e, "launched", self.timer.launched(e.fn, timing)))
         changed = self.integrity.changed()
         if changed:
             raise Tainted(f"[no-monkeypatch] while the kernels were timed together, one of them rebound "
@@ -249,14 +247,17 @@ class Confirming:
             flags.append(compile_failed(self.compile_error))
         if (flag := implausibility(runtime.median_ms, floor)) is not None:
             flags.append(flag)
-        ratios = _ratios(reference.stream_ms, timed.stream_ms)
-        vs_compile = _ratios(compiled.stream_ms, timed.stream_ms) if compiled is not None else None
+        speedups = ratios(reference.stream_ms, timed.stream_ms)
+        launched = (LaunchedTiming(runtime=timed.launched, reference=reference.launched,
+                                   speedup=reference.launched.median_ms / max(timed.launched.median_ms, 1e-9))
+                    if timed.launched is not None and reference.launched is not None else None)
+        vs_compile = ratios(compiled.stream_ms, timed.stream_ms) if compiled is not None else None
         kernel.verdict = Confirmed(
-            verified=True, speedup_median=statistics.median(ratios), ci95=list(median_interval(ratios)),
+            verified=True, speedup_median=statistics.median(speedups), ci95=list(median_interval(speedups)),
             speedup_vs_compile_median=statistics.median(vs_compile) if vs_compile else None,
-            vs_compile_ci95=list(median_interval(vs_compile)) if vs_compile else None, runs=len(ratios),
+            vs_compile_ci95=list(median_interval(vs_compile)) if vs_compile else None, runs=len(speedups),
             runtime=runtime, reference=reference.runs.stream,
-            compiled_reference=compiled.runs.stream if compiled is not None else None,
+            compiled_reference=compiled.runs.stream if compiled is not None else None, launched=launched,
             implausible=flag is not None, floor=floor, flags=flags, **kernel.outcome.evidence())
 
     def finish(self, reference: Timed, compiled: Timed | None, overhead_ms: float) -> list[Confirmed]:

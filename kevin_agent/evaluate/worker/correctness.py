@@ -43,7 +43,6 @@ from dataclasses import dataclass
 import torch
 
 from .fingerprint import digests, leaves, sample
-from .taskcode import to_device
 from .timing import _cuda_sync
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -52,9 +51,11 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (2e-2, 2e-2),
 }
-COMPARE_CHUNK = 1 << 22
-"""Elements compared per step: the comparison's float64 temporaries stay near 200 MiB, whatever
-the size of the output."""
+COMPARE_CHUNK = {"cpu": 1 << 22, "cuda": 1 << 23}
+"""Elements compared per step, by device: the comparison's float64 temporaries stay near 200 MiB
+on the host and 400 MiB on a GPU (within the harness's allowance, ``memory.HARNESS_BYTES``),
+whatever the size of the output; on a GPU in steps few enough that a 6 GiB output is compared in
+tens of milliseconds rather than in thousands of small launches."""
 PRESETS: dict[str, dict[torch.dtype, tuple[float, float]]] = {
     "strict": TOLERANCES,
     "kernelbench": {dtype: (max(a, 1e-2), max(r, 1e-2)) for dtype, (a, r) in TOLERANCES.items()},
@@ -98,10 +99,6 @@ def set_reference_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def clone_all(values: Sequence) -> list:
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-
-
 def _chunks(a: torch.Tensor, b: torch.Tensor):
     """Matching flat pieces of two tensors of one shape, at most COMPARE_CHUNK elements each, with
     the flat (row-major) index of each piece's first element; ``b``'s pieces are moved to ``a``'s
@@ -109,13 +106,14 @@ def _chunks(a: torch.Tensor, b: torch.Tensor):
     if a.dim() == 0:
         yield a.reshape(1), b.reshape(1).to(a.device), 0
         return
+    chunk = COMPARE_CHUNK.get(a.device.type, COMPARE_CHUNK["cpu"])
     if a.is_contiguous() and b.is_contiguous():
         fa, fb = a.reshape(-1), b.reshape(-1)
-        for start in range(0, fa.numel(), COMPARE_CHUNK):
-            yield fa[start:start + COMPARE_CHUNK], fb[start:start + COMPARE_CHUNK].to(a.device), start
+        for start in range(0, fa.numel(), chunk):
+            yield fa[start:start + chunk], fb[start:start + chunk].to(a.device), start
         return
     row = max(a[0].numel(), 1)
-    step = max(1, COMPARE_CHUNK // row)
+    step = max(1, chunk // row)
     for i in range(0, a.shape[0], step):
         yield a[i:i + step].reshape(-1), b[i:i + step].reshape(-1).to(a.device), i * row
 
@@ -151,13 +149,6 @@ def check_no_alias(outputs, inputs: Sequence) -> None:
 
 def _modified(i: int) -> Mismatch:
     return Mismatch(f"the candidate modified input {i} in place; inputs must be left unchanged")
-
-
-def check_inputs_unchanged(used: Sequence, pristine: Sequence) -> None:
-    """``used`` holds the values of ``pristine`` (which may be on the host)."""
-    for i, (u, p) in enumerate(zip(used, pristine)):
-        if isinstance(u, torch.Tensor) and not same_values(u, p):
-            raise _modified(i)
 
 
 def check_digests_unchanged(used: Sequence, before: Sequence[str]) -> None:
@@ -240,6 +231,15 @@ def poisoned_memory(device: str):
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
+def release_cached(device: str) -> None:
+    """Give the caching allocator's unused blocks back to the device. At the start of each trial:
+    large blocks split by small requests (a comparison's pieces) would otherwise stay reserved beside
+    new ones, and the reservation would grow from trial to trial; memory given back is poisoned
+    again before the candidate can be handed any of it (``poison_free_blocks``)."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def poison_free_blocks(device: str, nbytes: int) -> None:
     """Leave NaN in the caching allocator's free blocks, where a never-written output would land.
 
@@ -247,10 +247,11 @@ def poison_free_blocks(device: str, nbytes: int) -> None:
     kernel that takes memory from the allocator another way (``raw_alloc``, ``from_blob`` on a
     pointer it kept) would still see old values. So every free block the allocator holds is
     taken once, largest first (best fit hands out the block of that size), filled and given
-    back; then one block of ``nbytes`` more (at most half of what the device still has free)
-    covers memory the allocator has not handed out yet. The blocks taken are the allocator's
-    own already; only the last one can grow what the process holds, and it is given back to be
-    reused by the trial's own allocations."""
+    back; then, where those blocks come to less than ``nbytes``, one block of the difference (at
+    most half of what the device still has free) covers memory the allocator has not handed out
+    yet. The blocks taken are the allocator's own already; only the last one can grow what the
+    process holds, and it is given back to be reused by the trial's own allocations: so poisoning
+    never makes the process hold more than ``nbytes`` beyond what it holds live."""
     if device != "cuda":
         return
     sizes = []
@@ -258,10 +259,11 @@ def poison_free_blocks(device: str, nbytes: int) -> None:
         for block in segment.get("blocks", []):
             if block.get("state") == "inactive" and block.get("size", 0) >= 512:
                 sizes.append(int(block["size"]))
-    held = []
+    held, cached = [], 0
     for size in sorted(sizes, reverse=True)[:4096]:
         held.append(torch.empty(size // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
-    fresh = min(nbytes, torch.cuda.mem_get_info()[0] // 2) if nbytes > 0 else 0
+        cached += size
+    fresh = min(nbytes - cached, torch.cuda.mem_get_info()[0] // 2) if nbytes > cached else 0
     if fresh >= 512:
         held.append(torch.empty(fresh // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
     _cuda_sync()
@@ -285,20 +287,22 @@ def nbytes_of(values) -> int:
     return sum(v.numel() * v.element_size() for _, v in leaves(list(values)) if isinstance(v, torch.Tensor))
 
 
-def run_trial(candidate: Callable, reference: Callable, inputs: Sequence, *, device: str,
-              atol: float | None, rtol: float | None, outcome: Outcome, poison_bytes: int,
+def run_trial(candidate: Callable, reference: Callable, draw: Callable[[], list], before: Sequence[str], *,
+              device: str, atol: float | None, rtol: float | None, outcome: Outcome, poison_bytes: int,
               preset: str = "strict"):
-    """One trial on ``inputs`` (the set as drawn, on the host or the device; never handed to a model
-    and never changed): returns samples of (candidate output, reference output); raises Mismatch.
+    """One trial: returns samples of (candidate output, reference output); raises Mismatch.
 
-    The candidate runs on a copy of its own, then the reference on the same copy (once it is
-    known unchanged); the two are compared and freed, and freed memory is poisoned again before
-    the candidate runs a second time on a fresh copy. So the device holds one copy of the inputs,
-    the candidate's output and the reference's answer at a time."""
+    ``draw()`` gives a fresh copy of the set on the device each time it is called, whose inputs
+    have the fingerprints ``before``. The candidate runs on a copy of its own, then the reference
+    on the same copy (once it is known unchanged); the two are compared and freed, and freed
+    memory is poisoned again before the candidate runs a second time on a fresh copy. Each run's
+    inputs are drawn before the memory is poisoned, so the poisoned memory is all there for the
+    candidate's output. So the device holds one copy of the inputs, the candidate's output and the
+    reference's answer at a time."""
+    release_cached(device)
+    mine = draw()
+    poison_free_blocks(device, poison_bytes)
     with poisoned_memory(device), torch.no_grad():
-        poison_free_blocks(device, poison_bytes)
-        mine = to_device(list(inputs), device, copy=True)
-        before = digests(mine)
         first = candidate(*mine)
         sync(device)
         check_plain_tensors(first)
@@ -309,9 +313,9 @@ def run_trial(candidate: Callable, reference: Callable, inputs: Sequence, *, dev
     compare(first, expected, atol, rtol, outcome, preset)
     kept = sample(first), sample(expected)
     del first, expected, mine
+    mine = draw()
+    poison_free_blocks(device, 0)  # the answer just freed is not there for the second run to find
     with poisoned_memory(device), torch.no_grad():
-        poison_free_blocks(device, 0)  # the answer just freed is not there for the second run to find
-        mine = to_device(list(inputs), device, copy=True)
         again = candidate(*mine)
         sync(device)
         check_plain_tensors(again)

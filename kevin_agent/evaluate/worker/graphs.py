@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ...results import GraphTiming, TimingStats
-from .correctness import Mismatch, Outcome, clone_all, compare, leaves, nbytes_of
-from .timing import GraphRun, NotCapturable, Timer, graph_calls, reason
+from .correctness import Mismatch, Outcome, compare, leaves, nbytes_of
+from .timing import GRAPH_MAX_OUTPUT_BYTES, GraphRun, NotCapturable, Timer, graph_calls, reason
 
 
 def _poison(output) -> None:
@@ -56,17 +56,20 @@ def _replayed(timer: Timer, fn: Callable, args: Sequence, expected, *, calls: in
 
 def graph_column(timer: Timer, candidate: Callable, reference: Callable, inputs: Sequence, *,
                  candidate_ms: float, replays: int, atol: float | None = None, rtol: float | None = None,
-                 preset: str = "strict") -> GraphTiming:
-    """Per-call times of candidate and reference replayed from CUDA graphs, on ``inputs``.
+                 preset: str = "strict", output_budget: int = GRAPH_MAX_OUTPUT_BYTES,
+                 per_call_bytes: int = 0) -> GraphTiming:
+    """Per-call times of candidate and reference replayed from CUDA graphs, on ``inputs`` (both on
+    the same tensors, which the trials found left unchanged: one copy of the inputs on the device).
 
-    ``candidate_ms`` (the candidate's stream time) sets how many calls one graph holds."""
+    ``candidate_ms`` (the candidate's stream time) sets how many calls one graph holds, what they
+    keep in the graph's pool (``per_call_bytes`` each, at least the output) within ``output_budget``."""
     with torch.no_grad():
-        expected = reference(*clone_all(inputs))
+        expected = reference(*inputs)
     timer.sync()
-    calls = graph_calls(candidate_ms, nbytes_of([expected]))
-    ref_stats, ref_note = _replayed(timer, reference, clone_all(inputs), expected, calls=calls, replays=replays,
+    calls = graph_calls(candidate_ms, max(nbytes_of([expected]), per_call_bytes), output_budget)
+    ref_stats, ref_note = _replayed(timer, reference, inputs, expected, calls=calls, replays=replays,
                                     atol=atol, rtol=rtol, preset=preset)
-    cand_stats, cand_note = _replayed(timer, candidate, clone_all(inputs), expected, calls=calls,
+    cand_stats, cand_note = _replayed(timer, candidate, inputs, expected, calls=calls,
                                       replays=replays, atol=atol, rtol=rtol, preset=preset)
     speedup = (ref_stats.median_ms / max(cand_stats.median_ms, 1e-9)
                if ref_stats is not None and cand_stats is not None else None)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import sys
 import traceback
@@ -39,7 +38,7 @@ from ..jobs import KERNEL, WANT, Assignment, Job, WorkerReply
 from ..memory import requested_bytes
 from ..reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
-from .trials import Trials, make, read_meta
+from .trials import Trials, draw_place, make, read_meta
 
 
 def do_probe(job: Job, parent: Parent) -> WorkerReply:
@@ -51,7 +50,10 @@ def do_probe(job: Job, parent: Parent) -> WorkerReply:
         module = import_task(job)
         init = call_factory(module, "get_init_inputs", job)
         model = build_reference(module, job)
-        inputs = make_inputs(module, job, job.settings.seed, "as-given")
+        # Drawn where the workers will draw them (``trials.draw_place``): on the device if the task's
+        # get_inputs() runs there.
+        on = draw_place(module, job, job.settings.seed, "as-given")
+        inputs = make_inputs(module, job, job.settings.seed, "as-given", on=on)
         try:
             out, footprint = meter.measure_forward(model, inputs, device)
         except Exception as exc:
@@ -100,15 +102,19 @@ def _probe_out_of_memory(exc: BaseException, job: Job, footprint) -> WorkerReply
              "processes on the GPU)")
 
 
-def do_compile(job: Job, stage: Callable[[Stage], None]) -> WorkerReply:
-    import torch.utils.cpp_extension as cpp
+def do_compile(job: Job, parent: Parent) -> WorkerReply:
+    """Build one candidate by importing it (its ``load_inline`` calls build). A worker started
+    without a candidate gets ready first (torch and its extension builder imported) and then asks
+    the parent for one: builds started ahead of need skip the seconds of that import."""
+    import torch.utils.cpp_extension  # noqa: F401  (what every candidate imports first)
 
     from ..toolchain.build import building
 
-    # torch logs the build's steps ("Building extension module ...") as it starts them: to the
-    # log too, so that someone watching sees the build move before the compiler's first output.
-    logging.getLogger(cpp.__name__).setLevel(logging.INFO)
-    stage(Stage.COMPILE)
+    if not job.candidate_path:
+        assignment = Assignment(**parent.request("candidate"))
+        os.environ["TORCH_EXTENSIONS_DIR"] = assignment.build_dir
+        job = job.model_copy(update={"candidate_path": assignment.candidate_path})
+    parent.stage(Stage.COMPILE)
     with building(fast=job.settings.fast_build):
         try:
             import_file(job.candidate_path, "kevin_candidate")
@@ -180,6 +186,27 @@ class Parent:
         return json.loads(line)
 
 
+def profiled(job: Job, work: Callable[[], WorkerReply]) -> WorkerReply:
+    """``work()``, under cProfile when the settings name a profile folder (``EvalSettings.profile_dir``)."""
+    folder = job.settings.profile_dir
+    if folder is None:
+        return work()
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(work)
+    finally:
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = folder / f"{job.mode}-{os.getpid()}"
+        profile.dump_stats(f"{stem}.prof")
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
+        Path(f"{stem}.txt").write_text(text.getvalue(), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     job = Job.model_validate_json(Path(args[0]).read_text())
@@ -188,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(job.settings.cpu_threads)
     modes = {"probe": do_probe, "compile": do_compile, "run": do_run, "confirm": do_confirm}
     try:
-        reply = modes[job.mode](job, parent)
+        reply = profiled(job, lambda: modes[job.mode](job, parent))
     except BaseException as exc:
         reply = WorkerReply(ok=False, error_kind="runtime", error=describe(exc, job.candidate_path))
     tmp = job.reply_path + ".tmp"

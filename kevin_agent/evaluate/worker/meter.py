@@ -102,7 +102,7 @@ def measure_forward(model, inputs: list, device: str) -> tuple[object, Footprint
     reference's parameters, the inputs, and its forward's peak beyond them (cpu: how far the
     process's resident memory rose while it ran)."""
     params = nbytes_of([*model.parameters(), *model.buffers()])
-    on_device = to_device(inputs, device, copy=True)
+    on_device = to_device(inputs, device)  # drawn there already, as a rule: no second copy
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

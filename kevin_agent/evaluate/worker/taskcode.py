@@ -81,14 +81,23 @@ def to_device(value, device: str, *, copy: bool = False):
     return value
 
 
-def make_inputs(module, job: Job, seed: int, distribution: str) -> list:
-    """The set drawn under ``seed``, left where ``get_inputs()`` put it (the host, by the KernelBench
-    convention): callers copy it to the device one set at a time."""
+def make_inputs(module, job: Job, seed: int, distribution: str, on: str = "cpu") -> list:
+    """The set drawn under ``seed``, with ``get_inputs()`` run where ``on`` says: on the evaluation
+    device (torch's default device for the call, so its factories draw there, in a fraction of a
+    millisecond where the host takes seconds for gigabytes) or on the host (``cpu``), as the
+    KernelBench convention writes it. A tensor the task puts on a device of its own stays there;
+    callers move the set to the device."""
     torch.manual_seed(seed)
-    values = call_factory(module, "get_inputs", job)
+    scale = 1.0
     if distribution == "rescaled":
         gen = torch.Generator().manual_seed(seed)
         scale = 2.0 ** (4.0 * float(torch.rand(1, generator=gen)) - 2.0)
+    if on == "cpu":
+        values = call_factory(module, "get_inputs", job)
+    else:
+        with torch.device(on):
+            values = call_factory(module, "get_inputs", job)
+    if distribution == "rescaled":
         values = [v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
     return values
 

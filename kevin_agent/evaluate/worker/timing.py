@@ -4,34 +4,47 @@ Every timed run starts cold: just before it a buffer larger than the last-level 
 cuda) is written, on the same stream, so inputs come from memory. Warm-up calls come first; the
 median of ``timed_runs`` runs is the number reported.
 
-cuda: the headline time is GPU time on the stream, measured the way KernelBench measures it: an
-event recorded on the current stream, the call, an event on the same stream. The start event is
-queued behind the flush, so by the time the GPU reaches it the call's kernels are queued as well
-and the launch gap is not in the time. After the end event every run waits for the whole device
-and records a third event, so each run also gives the time with a device-wide synchronisation
-before the end mark (how the time was taken before; the synchronisation adds some 10-20 us of its
-own on an H200, which pulls every short kernel's speedup towards 1x).
+cuda: **the headline time is the call's own GPU time, with the whole call queued before the GPU
+reaches it.** Each run queues the flush, then a spin kernel of ``lead`` milliseconds, then the
+start event, the call and the end event, all on the current stream. While the GPU flushes and
+spins, the host queues the call; when the GPU reaches the start event every kernel of the call is
+already waiting, so the time between the two events is GPU time alone, however fast or slow the
+host launches. Whether that held is checked on every run: right after the end event is queued the
+start event must not have been reached yet. If it had been, the GPU waited for the host inside the
+timed region: the run is thrown away and the lead doubled (up to ``LEAD_MAX_MS``). A call that
+still finds the GPU waiting at the longest lead makes the host wait on the GPU itself (it
+synchronises); its runs are kept and counted in ``TimingStats.host_waits``. The lead starts at
+twice the time the host takes to queue one call, and each callable keeps its own.
 
-Work that escapes the stream (a side stream, deferred work) is not in the stream time but is in
-the synchronised one. ``sync_overhead_ms`` measures the synchronisation on an empty call, and
-``hidden_work`` applies the rule: with
+This matters for calls made of many small launches (an eager PyTorch module): queued behind the
+flush alone, how much of their launch gaps the timer saw depended on how fast the host was
+compared with the GPU, and so on the process, its path through the harness and the machine's load.
+
+Beside the headline, ``launched`` times the call the way KernelBench does and the way an eager
+model pays for it: the GPU idle at the start event, so the call's launches are in the time.
+
+After the end event every run waits for the whole device and records a third event, so each run
+also gives the time with a device-wide synchronisation before the end mark. Work that escapes the
+stream (a side stream, deferred work) is not in the stream time but is in the synchronised one.
+``sync_overhead_ms`` measures the synchronisation on an empty call, and ``hidden_work`` applies the
+rule: with
 
     hidden = median over runs of (synchronised time - stream time) - overhead
 
 a candidate is refused when ``hidden > max(HIDDEN_ABS_MS, HIDDEN_REL x its stream median)``.
 
 "In a CUDA graph" (``graph_time``): ``calls`` calls captured in one ``CUDAGraph`` on a stream of
-the timer's own, after warm-up; each replay is timed with stream events after a flush and divided
-by ``calls``. Only the first call of a replay starts cold: this is the time inside a model that
-replays graphs (CUDA graphs, ``torch.compile(mode="reduce-overhead")``). A callable that cannot
-be captured raises ``NotCapturable``.
+the timer's own, after warm-up; each replay is timed with stream events after a flush and a lead,
+and divided by ``calls``. Only the first call of a replay starts cold: this is the time inside a
+model that replays graphs (CUDA graphs, ``torch.compile(mode="reduce-overhead")``). A callable that
+cannot be captured raises ``NotCapturable``.
 
 cpu: ``time.perf_counter`` brackets the call, after the same kind of flush; the synchronised
-time is the same number.
+time is the same number, and there is no lead: the host is the device.
 
 The timer functions are bound when this module is imported, before any candidate code runs, so a
-candidate that rebinds ``torch.cuda.synchronize``, the event, stream or graph methods, or
-``time.perf_counter`` does not change what is measured.
+candidate that rebinds ``torch.cuda.synchronize``, the event, stream or graph methods, the spin
+kernel or ``time.perf_counter`` does not change what is measured.
 """
 
 from __future__ import annotations
@@ -58,6 +71,8 @@ _EventBase = getattr(torch._C, "_CudaEventBase", None)
 _event_record = getattr(_EventBase, "record", None)
 _event_elapsed = getattr(_EventBase, "elapsed_time", None)
 _event_wait = getattr(_EventBase, "synchronize", None)
+_event_query = getattr(_EventBase, "query", None)
+_spin = getattr(torch._C, "_cuda_sleep", None)
 _current_stream = torch.cuda.current_stream
 _StreamBase = getattr(torch._C, "_CudaStreamBase", None)
 _c_set_stream = getattr(torch._C, "_cuda_setStream", None)
@@ -75,6 +90,14 @@ GRAPH_TARGET_MS = 2.0
 """Calls per graph: enough to fill about this long, at most GRAPH_MAX_CALLS."""
 GRAPH_MAX_OUTPUT_BYTES = 1 << 30
 """The outputs of all captured calls stay alive in the graph's pool: at most this many bytes."""
+LEAD_MIN_MS = 0.05
+"""The shortest lead the GPU is given before the start event."""
+LEAD_MAX_MS = 20.0
+"""The longest: a call the host needs longer than this to queue waits on the GPU itself."""
+LEAD_TRIES = 8
+"""Runs thrown away at most per kept run while the lead grows."""
+LAUNCHED_RUNS = 25
+"""Runs of the ``launched`` column (the headline has ``timed_runs``)."""
 
 
 class NotCapturable(Exception):
@@ -93,7 +116,7 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def stats(times_ms: Sequence[float]) -> TimingStats:
+def stats(times_ms: Sequence[float], host_waits: int = 0) -> TimingStats:
     s = sorted(times_ms)
     return TimingStats(
         median_ms=_median(s),
@@ -104,6 +127,7 @@ def stats(times_ms: Sequence[float]) -> TimingStats:
         p10_ms=_quantile(s, 0.10),
         p90_ms=_quantile(s, 0.90),
         runs=len(s),
+        host_waits=host_waits,
     )
 
 
@@ -113,10 +137,17 @@ class Runs:
 
     stream_ms: list[float]
     synced_ms: list[float]
+    host_waits: int = 0
+    """Runs in which the GPU still waited for the host at the longest lead (see the module's text)."""
+
+    def add(self, run: Run) -> None:
+        self.stream_ms.append(run.stream_ms)
+        self.synced_ms.append(run.synced_ms)
+        self.host_waits += not run.ahead
 
     @property
     def stream(self) -> TimingStats:
-        return stats(self.stream_ms)
+        return stats(self.stream_ms, self.host_waits)
 
     @property
     def synced(self) -> TimingStats:
@@ -126,6 +157,16 @@ class Runs:
     def after_ms(self) -> float:
         """Median over runs of what the synchronisation added to the stream time."""
         return _median([b - a for a, b in zip(self.stream_ms, self.synced_ms)])
+
+
+def ratios(over_ms: Sequence[float], under_ms: Sequence[float]) -> list[float]:
+    """Round by round, one callable's time over another's (the reference's over a kernel's: its speedup)."""
+    return [a / max(b, 1e-9) for a, b in zip(over_ms, under_ms)]
+
+
+def speedup_of(reference: Runs, kernel: Runs) -> float:
+    """The median over the rounds of the reference's time over the kernel's."""
+    return _median(ratios(reference.stream_ms, kernel.stream_ms))
 
 
 def hidden_work(runs: Runs, overhead_ms: float) -> SyncCheck:
@@ -146,10 +187,10 @@ def hidden_work_refusal(check: SyncCheck, stream: TimingStats) -> str | None:
             "current stream (at::cuda::getCurrentCUDAStream()) and finish the work before returning")
 
 
-def graph_calls(stream_median_ms: float, output_bytes: int) -> int:
-    """Calls to capture in one graph: about GRAPH_TARGET_MS of work, within the output budget."""
+def graph_calls(stream_median_ms: float, output_bytes: int, budget: int = GRAPH_MAX_OUTPUT_BYTES) -> int:
+    """Calls to capture in one graph: about GRAPH_TARGET_MS of work, their outputs within ``budget``."""
     by_time = math.ceil(GRAPH_TARGET_MS / max(stream_median_ms, 1e-6))
-    by_memory = GRAPH_MAX_OUTPUT_BYTES // max(output_bytes, 1)
+    by_memory = budget // max(output_bytes, 1)
     return max(1, min(GRAPH_MAX_CALLS, by_time, by_memory))
 
 
@@ -178,6 +219,27 @@ def _nothing() -> None:
     return None
 
 
+@dataclass(frozen=True)
+class Run:
+    """One timed run: on the stream, up to a device-wide sync, and whether the whole call was queued
+    before the GPU reached the start event (always on cpu)."""
+
+    stream_ms: float
+    synced_ms: float
+    ahead: bool = True
+
+
+@dataclass
+class _Lead:
+    """How long the GPU spins before one callable's start event."""
+
+    fn: Callable
+    first_ms: float
+    ms: float
+    waits: bool = False
+    """Even the longest lead left the GPU waiting: the call synchronises inside."""
+
+
 @dataclass
 class GraphRun:
     """A captured graph's per-call times and the output of its last call (each replay rewrites it)."""
@@ -203,6 +265,9 @@ class Timer:
         else:
             size = min(2 * _cpu_cache_bytes(), 256 << 20)
         self._flush_buffer = torch.empty(size // 4, dtype=torch.float32, device=device)
+        self._leads: dict[int, _Lead] = {}
+        """Each callable's lead, by ``id`` (the entry keeps the callable alive, so no id is reused)."""
+        self._cycles_per_ms: float | None = None
 
     def flush(self) -> None:
         """Write the buffer (on cuda: on the current stream, queued like any kernel)."""
@@ -213,38 +278,132 @@ class Timer:
             _cuda_sync()
 
     def time(self, fn: Callable, args: Sequence, *, warmup: int, runs: int) -> TimingStats:
-        """The headline time: GPU time on the stream (cuda) or wall time (cpu), median of ``runs``."""
+        """The headline time: the call's GPU time, queued ahead (cuda), or wall time (cpu), median of ``runs``."""
         return self.runs(fn, args, warmup=warmup, runs=runs).stream
 
     def runs(self, fn: Callable, args: Sequence, *, warmup: int, runs: int) -> Runs:
         """Each run timed on the stream and, on cuda, also up to the end of a device-wide sync."""
+        out = Runs([], [])
         with torch.no_grad():
             for _ in range(warmup):
                 fn(*args)
             self.sync()
-            pairs = [self.one(fn, args) for _ in range(runs)]
-        return Runs([p[0] for p in pairs], [p[1] for p in pairs])
+            for _ in range(runs):
+                out.add(self.one(fn, args))
+        return out
 
-    def one(self, fn: Callable, args: Sequence) -> tuple[float, float]:
-        """One cold call: (time on the stream, time up to a device-wide sync), in ms (cpu: wall
-        time, twice). The caller warms up and turns autograd off."""
+    def rounds(self, fns: Sequence[Callable], args: Sequence, *, warmup: int, rounds: int) -> list[Runs]:
+        """``fns`` timed head to head: each warmed up, then ``rounds`` rounds that time each once, in
+        order, on the same inputs (how a turn times its candidate and the reference, and how a
+        confirmation times its kernels: whatever drifts between rounds drifts for all of them)."""
+        out = [Runs([], []) for _ in fns]
+        with torch.no_grad():
+            for fn in fns:
+                for _ in range(warmup):
+                    fn(*args)
+            self.sync()
+            for _ in range(rounds):
+                for fn, runs in zip(fns, out):
+                    runs.add(self.one(fn, args))
+        return out
+
+    def one(self, fn: Callable, args: Sequence) -> Run:
+        """One cold call, times in ms (cpu: wall time, twice). The caller warms up and turns autograd
+        off. cuda: runs in which the GPU reached the start event before the whole call was queued
+        are thrown away and the lead doubled, up to ``LEAD_MAX_MS``."""
         if self.device != "cuda":
             self.flush()
             begin = _perf_counter()
             fn(*args)
             wall = (_perf_counter() - begin) * 1e3
-            return wall, wall
+            return Run(wall, wall)
+        lead = self._lead(fn, args)
+        if lead.waits:
+            return self._queued(fn, args, lead.first_ms)
+        for _ in range(LEAD_TRIES):
+            run = self._queued(fn, args, lead.ms)
+            if run.ahead:
+                return run
+            if lead.ms >= LEAD_MAX_MS:
+                # It makes the host wait on the GPU inside the call (it synchronises): no lead gets
+                # it queued whole, and how long the lead is does not change its time.
+                lead.waits = True
+                return run
+            lead.ms = min(2 * lead.ms, LEAD_MAX_MS)
+        return run
+
+    def _lead(self, fn: Callable, args: Sequence) -> _Lead:
+        key = id(fn)
+        lead = self._leads.get(key)
+        if lead is None:
+            first = self._first_lead(fn, args)
+            lead = self._leads[key] = _Lead(fn, first, first)
+        return lead
+
+    def _queued(self, fn: Callable, args: Sequence, lead_ms: float) -> Run:
         start, end, after = _event(), _event(), _event()
         stream = _current_stream()
         self.flush()
+        self._spin_for(lead_ms)
         _event_record(start, stream)
         fn(*args)
         _event_record(end, stream)
+        ahead = not _event_query(start)
         # Outside the stream time: waits for every stream, so no run leaves work for the next.
         _cuda_sync()
         _event_record(after, stream)
         _event_wait(after)
-        return float(_event_elapsed(start, end)), float(_event_elapsed(start, after))
+        return Run(float(_event_elapsed(start, end)), float(_event_elapsed(start, after)), ahead)
+
+    def _first_lead(self, fn: Callable, args: Sequence) -> float:
+        """Twice what the host takes to queue one call (with the device idle), at least ``LEAD_MIN_MS``."""
+        _cuda_sync()
+        begin = _perf_counter()
+        fn(*args)
+        queued_ms = (_perf_counter() - begin) * 1e3
+        _cuda_sync()
+        return min(max(LEAD_MIN_MS, 2 * queued_ms), LEAD_MAX_MS)
+
+    def _spin_for(self, ms: float) -> None:
+        """Keep the stream busy for about ``ms`` (a spin kernel of that many of the GPU's cycles)."""
+        if self._cycles_per_ms is None:
+            self._cycles_per_ms = self._spin_rate()
+        _spin(max(1, int(ms * self._cycles_per_ms)))
+
+    def _spin_rate(self) -> float:
+        """The spin kernel's cycles per millisecond on this GPU, measured once per timer."""
+        stream = _current_stream()
+        cycles = 1_000_000
+        rates = []
+        for _ in range(3):
+            start, end = _event(), _event()
+            _cuda_sync()
+            _event_record(start, stream)
+            _spin(cycles)
+            _event_record(end, stream)
+            _event_wait(end)
+            rates.append(cycles / max(float(_event_elapsed(start, end)), 1e-6))
+        return _median(rates)
+
+    def launched(self, fn: Callable, args: Sequence, *, runs: int = LAUNCHED_RUNS) -> TimingStats | None:
+        """The call timed with the GPU idle at the start event, after a flush: its launches are in
+        the time (the way KernelBench times, and the way an eager model pays). None on cpu, where
+        the headline is already the host's time. The caller warms up and turns autograd off."""
+        if self.device != "cuda":
+            return None
+        stream = _current_stream()
+        times = []
+        with torch.no_grad():
+            for _ in range(runs):
+                start, end = _event(), _event()
+                self.flush()
+                _cuda_sync()
+                _event_record(start, stream)
+                fn(*args)
+                _event_record(end, stream)
+                _cuda_sync()
+                times.append(float(_event_elapsed(start, end)))
+        return stats(times)
 
     def sync_overhead_ms(self, runs: int) -> float:
         """What a device-wide sync before the end mark adds on an empty call (0 on cpu)."""
@@ -263,6 +422,7 @@ class Timer:
         for _ in range(replays):
             start, end = _event(), _event()
             self.flush()
+            self._spin_for(LEAD_MIN_MS)
             _event_record(start, stream)
             _graph_replay(graph)
             _event_record(end, stream)

@@ -1,18 +1,17 @@
 """The reference data inside a worker (``reference`` says what it is and where it lives).
 
-``make`` (in the probe worker) draws every set of inputs from its seed, runs the reference on
-it once under the conditions of a correctness trial (poisoned memory, no TF32), times the
-reference, and stores it all. ``Trials.load`` (in every run worker, before its candidate
-arrives) reads it back; inputs too large to store are drawn again when a set is used, one set
-held on the host at a time, and every set is checked against the checksum stored with the
-reference's answer: an answer is only ever compared with an output computed from bitwise the
-same inputs.
+``make`` (in the probe worker) draws every set of inputs from its seed on the device, runs the
+reference on it once under the conditions of a correctness trial (poisoned memory, no TF32),
+records the fingerprints of both, times the reference, and stores what cannot be made again.
+``Trials.load`` (in every run worker, before its candidate arrives) reads it back. A set is
+drawn again on the device each time a model is to run on it, so every run gets a fresh copy it
+may scribble on and nothing a model does reaches the next one; each draw is checked bitwise
+against the recorded fingerprints, so an answer is only ever compared with an output computed
+from the same inputs. Inputs are stored only when ``get_inputs()`` does not repeat itself.
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -22,29 +21,13 @@ import torch
 
 from ...results import TimingStats
 from . import meter
-from .correctness import leaves, nbytes_of, poisoned_memory, sync
-from .fingerprint import digest
+from .correctness import nbytes_of, poisoned_memory, sync
+from .fingerprint import digest, digests
 from ..jobs import Job
 from ..memory import Footprint, poison_bytes
-from ..reference import (INPUTS, META, OUTPUTS, STORE_ANSWERS_BYTES, STORE_INPUTS_BYTES, InputSet, ReferenceData,
-                        input_plan, read)
+from ..reference import INPUTS, META, OUTPUTS, STORE_ANSWERS_BYTES, InputSet, ReferenceData, input_plan, read
 from .taskcode import TaskProblem, describe, make_inputs, to_device
 from .timing import Timer
-
-
-def checksum(values) -> str:
-    """sha256 over the bytes of every tensor (with its dtype and shape) and the repr of the rest."""
-    h = hashlib.sha256()
-    for _, v in leaves(list(values)):
-        if isinstance(v, torch.Tensor):
-            t = v.detach().contiguous().cpu()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            n = t.numel() * t.element_size()
-            if n:
-                h.update((ctypes.c_char * n).from_address(t.data_ptr()))
-        else:
-            h.update(repr(v).encode())
-    return h.hexdigest()
 
 
 def read_meta(job: Job) -> ReferenceData:
@@ -55,70 +38,124 @@ def read_meta(job: Job) -> ReferenceData:
     return meta
 
 
-def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distribution: str,
-             answered: bool, keep_answer: bool) -> tuple[InputSet, list, object | None]:
-    """One set of inputs drawn from its seed and what it is (with the fingerprint of the
-    reference's answer, when ``answered``), and that answer on the host when ``keep_answer``.
-    The answer is computed as in a correctness trial (poisoned memory) and fingerprinted where it
-    was computed: an answer too large to keep never travels to the host."""
+def draw_place(task, job: Job, seed: int, distribution: str) -> str:
+    """Where ``get_inputs()`` draws: the evaluation device, unless the task's code cannot run with
+    it as the default device (it mixes devices, or calls what has no such kernel); then the host."""
     device = job.settings.device
-    values = make_inputs(task, job, seed, distribution)
-    answer, answer_digest = None, ""
+    if device == "cpu":
+        return "cpu"
+    try:
+        values = make_inputs(task, job, seed, distribution, on=device)
+    except TaskProblem:
+        return "cpu"
+    del values
+    return device
+
+
+def drawn(task, job: Job, entry: InputSet) -> list:
+    """Set ``entry`` drawn again from its seed where it was first drawn, on the device."""
+    values = make_inputs(task, job, entry.seed, entry.distribution, on=entry.drawn_on)
+    return to_device(values, job.settings.device)
+
+
+def inputs_of(task, job: Job, entry: InputSet, kept: list | None) -> list:
+    """Set ``entry`` on the device: a copy of ``kept`` (its host copy) when there is one, else drawn again."""
+    return to_device(kept, job.settings.device, copy=True) if kept is not None else drawn(task, job, entry)
+
+
+def _answer(ref: torch.nn.Module, values: list, device: str):
+    """The reference's answer to ``values`` (on the device), computed as in a trial: poisoned memory."""
+    with poisoned_memory(device), torch.no_grad():
+        out = ref(*values)
+        sync(device)
+    return out
+
+
+def _seconds(step: Callable[[], object], device: str) -> tuple[object, float]:
+    start = time.perf_counter()
+    out = step()
+    sync(device)
+    return out, time.perf_counter() - start
+
+
+def _transfer_rate(nbytes: int, device: str) -> float:
+    """Bytes per second from the host to the device (0 when too small to time: under 1 MiB)."""
+    size = min(max(nbytes, 0), 256 << 20)
+    if size < (1 << 20):
+        return 0.0
+    host = torch.empty(size, dtype=torch.uint8)
+    _, seconds = _seconds(lambda: host.to(device, copy=True), device)
+    return size / max(seconds, 1e-6)
+
+
+def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distribution: str,
+             answered: bool, drawn_on: str, keep: bool = False) -> tuple[InputSet, list | None, object | None, float, float]:
+    """One set drawn from its seed (on the device), what it is, the reference's answer to it (when
+    ``answered``), and the seconds the draw (with its fingerprints) and the answer took. With
+    ``keep`` the second item is a host copy of the set made before the reference saw it (a
+    reference may change its inputs in place); else None."""
+    device = job.settings.device
+
+    def draw() -> tuple[list, list[str]]:
+        values = to_device(make_inputs(task, job, seed, distribution, on=drawn_on), device)
+        return values, digests(values)
+
+    (values, sums), draw_s = _seconds(draw, device)
+    kept = to_device(values, "cpu", copy=True) if keep else None
+    out, answer_s, answer_digest = None, 0.0, ""
+    nbytes = nbytes_of(values)
     if answered:
-        out = _answer(ref, values, device)
+        out, answer_s = _seconds(lambda: _answer(ref, values, device), device)
         answer_digest = digest(out)
-        answer = to_device(out, "cpu", copy=True) if keep_answer else None
-        del out
-    entry = InputSet(name=name, seed=seed, distribution=distribution, checksum=checksum(values),
-                     nbytes=nbytes_of(values), expected=answered, answer_digest=answer_digest)
-    return entry, values, answer
+    entry = InputSet(name=name, seed=seed, distribution=distribution, digests=sums, drawn_on=drawn_on,
+                     nbytes=nbytes, expected=answered, answer_digest=answer_digest)
+    return entry, kept, out, draw_s, answer_s
 
 
 def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footprint | None = None) -> ReferenceData:
     """Draw, answer, time and store; ``request_timing()`` returns once the device is ours alone.
-
-    Each set is drawn where ``get_inputs()`` puts it (the host, by the KernelBench convention) and
-    copied to the device for the reference, one set at a time."""
+    The device holds one set, its answer and (once) the answer computed again at a time."""
     s, device = job.settings, job.settings.device
     plan = input_plan(s)
     name0, seed0, dist0, _ = plan[0]
+    drawn_on = draw_place(task, job, seed0, dist0)
+    first = digests(to_device(make_inputs(task, job, seed0, dist0, on=drawn_on), device))
     # Inputs drawn again must come out the same, or each worker's copy must come from disk.
-    deterministic = checksum(make_inputs(task, job, seed0, dist0)) == checksum(make_inputs(task, job, seed0, dist0))
+    repeats = first == digests(to_device(make_inputs(task, job, seed0, dist0, on=drawn_on), device))
     answered = sum(1 for *_, a in plan if a)
-    sets, inputs, outputs, total, output_bytes, repeatable, draw_s = [], {}, {}, 0, 0, None, 0.0
+    sets, inputs, outputs = [], ({} if not repeats else None), {}
+    output_bytes, repeatable, draw_s, answer_s = 0, None, 0.0, 0.0
     for name, seed, dist, answers in plan:
-        drawn_at = time.perf_counter()
-        values = make_inputs(task, job, seed, dist)
-        sum_of_values = checksum(values)
-        # A worker that draws the set again pays this too, inside a candidate's stage.
-        draw_s = max(draw_s, time.perf_counter() - drawn_at)
-        answer_digest = ""
-        if answers:
-            out = _answer(ref, values, device)
-            answer_digest, answer_bytes = digest(out), nbytes_of([out])
-            output_bytes += answer_bytes
-            if outputs is not None and answer_bytes * answered > STORE_ANSWERS_BYTES:
+        entry, kept, out, drew, answering = draw_set(job, task, ref, name, seed, dist, answers, drawn_on,
+                                                     keep=inputs is not None)
+        draw_s, answer_s = max(draw_s, drew), max(answer_s, answering)
+        if out is not None:
+            output_bytes += nbytes_of([out])
+            if outputs is not None and nbytes_of([out]) * answered > STORE_ANSWERS_BYTES:
                 outputs = None  # computed again by each worker, cheaper than gigabytes on disk
             if outputs is not None:
                 outputs[name] = to_device(out, "cpu", copy=True)
-            del out
-            if outputs is None and repeatable is None:
+            if repeatable is None:
                 # An answer computed again is checked only against a reference that repeats itself.
-                repeatable = digest(_answer(ref, values, device)) == answer_digest
-        sets.append(InputSet(name=name, seed=seed, distribution=dist, checksum=sum_of_values,
-                             nbytes=nbytes_of(values), expected=answers, answer_digest=answer_digest))
-        total += sets[-1].nbytes
-        if name == "timing":
-            timing_inputs = values
+                again = inputs_of(task, job, entry, kept)
+                repeatable = digest(_answer(ref, again, device)) == entry.answer_digest
+                del again
+            del out
         if inputs is not None:
-            inputs[name] = to_device(values, "cpu", copy=True)
-            if deterministic and total > STORE_INPUTS_BYTES:
-                inputs = None  # drawn again by each worker, cheaper than gigabytes on disk
-        del values
+            inputs[name] = kept
+        sets.append(entry)
+
+    transfer = _transfer_rate(output_bytes // max(answered, 1), device)
+    if outputs is not None and device == "cuda" and repeatable and transfer > 0:
+        # Computing an answer again on the device (and checking its fingerprint) is often quicker
+        # than copying the stored one from the host; only answers worth the copy are stored.
+        if answer_s < (output_bytes / max(answered, 1)) / transfer:
+            outputs = None
 
     request_timing()
     timer = Timer(device)
-    timing_inputs, transfer = _copied_to_device(timing_inputs, device)
+    timing_inputs = inputs_of(task, job, next(e for e in sets if e.name == "timing"),
+                              inputs["timing"] if inputs is not None else None)
     start = time.perf_counter()
     eager = timer.time(ref, timing_inputs, warmup=s.warmup_runs, runs=s.timed_runs)
     call_s = (time.perf_counter() - start) / (s.warmup_runs + s.timed_runs)
@@ -139,46 +176,17 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
             try:
                 torch.load(path, mmap=True, weights_only=True)
             except Exception as exc:
-                raise TaskProblem(f"the reference's answers cannot be stored and read back: {describe(exc)}") from None
+                raise TaskProblem(f"the reference's data cannot be stored and read back: {describe(exc)}") from None
     data = ReferenceData(key=folder.name, sets=sets, inputs_stored=inputs is not None, eager=eager,
                          call_s=call_s, compiled=compiled, compile_error=compile_error,
                          bandwidth_bytes_per_ms=bandwidth, output_bytes=output_bytes,
                          answers_stored=outputs is not None, answers_repeatable=repeatable is not False,
-                         footprint=footprint, transfer_bytes_per_s=transfer,
-                         draw_s=draw_s if inputs is None else 0.0,
+                         footprint=footprint, transfer_bytes_per_s=transfer, draw_s=draw_s,
                          created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     tmp = folder / (META + ".tmp")
     tmp.write_text(data.model_dump_json(indent=1), encoding="utf-8")
     os.replace(tmp, folder / META)
     return data
-
-
-def _answer(ref: torch.nn.Module, values: list, device: str):
-    """The reference's answer to ``values``, computed as in a trial (poisoned memory, its own copy
-    of the inputs on the device)."""
-    with poisoned_memory(device), torch.no_grad():
-        out = ref(*to_device(values, device, copy=True))
-        sync(device)
-    return out
-
-
-def _copied_to_device(values: list, device: str) -> tuple[list, float]:
-    """A copy of one set of inputs on the device, and how fast it was made in bytes per second (the
-    stage limits allow for it; 0 below 1 MiB, too quick to time)."""
-    nbytes = nbytes_of(values)
-    start = time.perf_counter()
-    copy = to_device(values, device, copy=True)
-    sync(device)
-    seconds = time.perf_counter() - start
-    return copy, (nbytes / max(seconds, 1e-6) if nbytes >= (1 << 20) else 0.0)
-
-
-def drawn_again(job: Job, task, s: InputSet) -> list:
-    values = to_device(make_inputs(task, job, s.seed, s.distribution), "cpu")
-    if checksum(values) != s.checksum:
-        raise TaskProblem(f"get_inputs() under seed {s.seed} gave other inputs than when the reference's "
-                          "answers were stored; make it depend on torch's seed only")
-    return values
 
 
 class ReferenceChanged(Exception):
@@ -187,15 +195,12 @@ class ReferenceChanged(Exception):
 
 
 class Trials:
-    """The reference data one run worker checks its candidate against: every set of inputs as
-    drawn (on the host), and the reference's answers. Device copies are handed out fresh; nothing
-    the candidate touches is kept."""
+    """The reference data one run worker checks its candidate against. ``draw`` hands out a fresh
+    copy of a set on the device each time; nothing a model touches is kept."""
 
-    def __init__(self, meta: ReferenceData, inputs: dict[str, list] | None, outputs: dict | None, device: str,
-                 draw: Callable[[InputSet], list] | None = None) -> None:
-        self.meta, self._inputs, self._outputs, self.device, self._draw = meta, inputs, outputs, device, draw
-        self._drawn: tuple[str, list] | None = None
-        """The one set drawn again and still held (large inputs: one set on the host at a time)."""
+    def __init__(self, meta: ReferenceData, outputs: dict | None, device: str,
+                 draw: Callable[[InputSet], list]) -> None:
+        self.meta, self._outputs, self.device, self._draw = meta, outputs, device, draw
         self.reference: torch.nn.Module | None = None
         """The reference, for answers computed again (set once it is on the device)."""
         self.lean = False
@@ -203,53 +208,55 @@ class Trials:
 
     @classmethod
     def load(cls, job: Job, task, meta: ReferenceData) -> Trials:
-        """The reference data of ``meta`` (``read_meta``); inputs that were not stored are drawn
-        again, on the host, when a set is used."""
+        """The reference data of ``meta`` (``read_meta``): sets drawn again on the device, or copied
+        from the stored inputs where ``get_inputs()`` does not repeat itself."""
         folder = Path(job.reference_dir)
         outputs = torch.load(folder / OUTPUTS, mmap=True, weights_only=True) if meta.answers_stored else None
+        device = job.settings.device
         if not meta.inputs_stored:
-            # Gigabytes per set: each is drawn when it is used, and only the last one is kept.
-            return cls(meta, None, outputs, job.settings.device, draw=lambda s: drawn_again(job, task, s))
+            return cls(meta, outputs, device, draw=lambda entry: drawn(task, job, entry))
         inputs = torch.load(folder / INPUTS, mmap=True, weights_only=True)
         for s in meta.sets:
-            if checksum(inputs[s.name]) != s.checksum:
+            if digests(inputs[s.name]) != s.digests:
                 raise TaskProblem(f"the stored inputs of set {s.name} in {folder} are damaged; remove the folder")
-        return cls(meta, inputs, outputs, job.settings.device)
+        return cls(meta, outputs, device, draw=lambda entry: to_device(inputs[entry.name], device, copy=True))
 
     @classmethod
     def fresh(cls, job: Job, task, ref: torch.nn.Module, meta: ReferenceData) -> Trials:
-        """Every set drawn anew from ``job.seed`` (a confirmation's fresh seeds) with the
-        reference's answers, held as the run's sets are held (``meta``): where the run drew its
-        inputs again per set, or computed its answers again, so do these, and the host keeps one
-        set at a time. Each set is drawn here once, for its checksum and its answer's fingerprint."""
-        keep_inputs, keep_answers = meta.inputs_stored, meta.answers_stored
+        """Every set drawn anew from ``job.seed`` (a confirmation's fresh seeds) with the reference's
+        answers, held as the run's sets are held (``meta``): stored answers are kept on the host,
+        others are computed again after each kernel, and inputs are drawn again where they are used
+        (kept on the host where ``get_inputs()`` does not repeat itself). Each set is drawn here
+        once, for its fingerprints and its answer's."""
+        device, drawn_on = job.settings.device, meta.sets[0].drawn_on if meta.sets else job.settings.device
         sets, inputs, outputs = [], {}, {}
         for name, seed, dist, answered in input_plan(job.settings.model_copy(update={"seed": job.seed})):
-            entry, values, answer = draw_set(job, task, ref, name, seed, dist, answered, keep_answers)
+            entry, kept, answer, _, _ = draw_set(job, task, ref, name, seed, dist, answered, drawn_on,
+                                                 keep=meta.inputs_stored)
             sets.append(entry)
-            if keep_inputs:
-                inputs[name] = to_device(values, "cpu")
-            if answer is not None:
-                outputs[name] = answer
-            del values, answer
-        trials = cls(meta.model_copy(update={"sets": sets}), inputs if keep_inputs else None,
-                     outputs if keep_answers else None, job.settings.device,
-                     draw=None if keep_inputs else lambda entry: drawn_again(job, task, entry))
+            if kept is not None:
+                inputs[name] = kept
+            if answer is not None and meta.answers_stored:
+                outputs[name] = to_device(answer, "cpu", copy=True)
+            del answer
+        draw = ((lambda entry: to_device(inputs[entry.name], device, copy=True)) if meta.inputs_stored
+                else (lambda entry: drawn(task, job, entry)))
+        trials = cls(meta.model_copy(update={"sets": sets}), outputs if meta.answers_stored else None, device, draw)
         trials.reference = ref
         return trials
 
-    def inputs(self, name: str) -> list:
-        """Set ``name`` as drawn, on the host: to copy from, never to hand to a model."""
-        if self._inputs is not None:
-            return self._inputs[name]
-        if self._drawn is None or self._drawn[0] != name:
-            self._drawn = None  # the previous set goes before the next is drawn
-            self._drawn = (name, self._draw(self.meta.input_set(name)))
-        return self._drawn[1]
+    def draw(self, name: str) -> list:
+        """A fresh copy of set ``name`` on the device, bitwise the set the reference answered."""
+        entry = self.meta.input_set(name)
+        values = self._draw(entry)
+        if digests(values) != entry.digests:
+            raise TaskProblem(f"get_inputs() under seed {entry.seed} gave other inputs than when the reference "
+                              "answered them; make it depend on torch's seed only")
+        return values
 
-    def on_device(self, name: str) -> list:
-        """A fresh copy of set ``name`` on the device."""
-        return to_device(self.inputs(name), self.device, copy=True)
+    def digests(self, name: str) -> list[str]:
+        """The fingerprints of set ``name``'s inputs, as drawn."""
+        return self.meta.input_set(name).digests
 
     def expected(self, name: str, inputs: Sequence | None = None):
         """The reference's answer to set ``name``, on the device: the stored one, or computed again
