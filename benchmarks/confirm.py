@@ -16,10 +16,10 @@ do), and the turn's number within 3% of theirs; a spread far wider than the inte
 rounds do not see what varies between workers.
 
 Usage (repository root):
-  python benchmarks/confirm.py [--device cuda|cpu] [--times N] [--rounds N] [--tasks a,b] [--kernelbench]
+  python benchmarks/confirm.py [--device cuda|cpu] [--times N] [--rounds N] [--tasks a,b] [--kernelbench N]
                                [--busy N] [--out FILE.json]
-``--rounds`` caps the head-to-head rounds (default: the device's ``confirm_rounds``); ``--kernelbench``
-adds the KernelBench-size tasks of benchmarks/tasks (their honest kernels).
+``--rounds`` caps the head-to-head rounds (default: the device's ``confirm_rounds``); ``--kernelbench N``
+adds the KernelBench-size tasks of benchmarks/tasks (their honest kernels), confirmed N times each.
 """
 
 from __future__ import annotations
@@ -145,12 +145,15 @@ def main() -> int:
     parser.add_argument("--times", type=int, default=5, help="confirmations of each kernel in a row")
     parser.add_argument("--rounds", type=int, default=None, help="at most this many head-to-head rounds")
     parser.add_argument("--tasks", default=",".join(EXAMPLES), help="comma-separated examples")
-    parser.add_argument("--kernelbench", action="store_true", help="add the KernelBench-size tasks (cuda)")
-    parser.add_argument("--busy", type=int, default=0, help="also confirm beside this many busy C++ compiles")
+    parser.add_argument("--kernelbench", type=int, default=0, metavar="TIMES",
+                        help="add the KernelBench-size tasks (cuda), each confirmed this many times")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="also confirm the --tasks beside this many busy C++ compiles")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     device = args.device or detect_device()
-    names = [n for n in args.tasks.split(",") if n] + (list(KERNELBENCH) if args.kernelbench else [])
+    examples = [n for n in args.tasks.split(",") if n]
+    names = examples + (list(KERNELBENCH) if args.kernelbench else [])
     # The builds side by side (the device lock keeps their timings apart), the confirmations one
     # after another.
     with ThreadPoolExecutor(len(names)) as pool:
@@ -161,8 +164,11 @@ def main() -> int:
         for busy in ([0, args.busy] if args.busy else [0]):
             with busy_builds(busy):
                 for name, (evaluator, source, built) in zip(names, ready):
+                    if busy and name not in examples:
+                        continue
                     label = name if not busy else f"{name}, {busy} builds beside"
-                    results.append(confirm_repeatedly(label, evaluator, source, built, args.times))
+                    times = args.kernelbench if name in KERNELBENCH else args.times
+                    results.append(confirm_repeatedly(label, evaluator, source, built, times))
                     # As it comes: a call cut short still shows the tasks it finished.
                     print(table(results[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     finally:

@@ -330,6 +330,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="repetitions of the marginal turn and the bare import")
     parser.add_argument("--skip-plain", action="store_true", help="leave out the plain load_inline build")
     parser.add_argument("--kernelbench", action="store_true", help="also a turn on each KernelBench-size task (cuda)")
+    parser.add_argument("--skip-marginal", action="store_true", help="leave out the cached one-candidate turns")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     device = args.device or detect_device()
@@ -371,9 +372,10 @@ def main() -> int:
     # On cpu the example's turn is the one the 0.6 target is about; on cuda the turn's own task.
     marginal_task, marginal_source = example_kernel(device) if device == "cpu" and not quick else (task_file, one)
     report["marginal_task"] = marginal_task.name
-    report["marginal"] = marginal_turns(marginal_task, settings, marginal_source, repeat)
+    report["marginal"] = ({"turn_s": [], "back_to_back_s": []} if args.skip_marginal else
+                          marginal_turns(marginal_task, settings, marginal_source, repeat))
     note("bare import")
-    report["bare_import_s"] = bare_import(repeat)
+    report["bare_import_s"] = [] if args.skip_marginal else bare_import(repeat)
     if args.kernelbench and device == "cuda":
         report["kernelbench"] = kernelbench_turns(settings)
 

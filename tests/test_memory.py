@@ -42,6 +42,22 @@ def test_poisoning_takes_twice_the_outputs_and_never_more_than_half_of_what_is_l
     assert memory.poison_bytes(None, None) == memory.POISON_MARGIN
 
 
+def test_the_cuda_graph_column_and_the_timing_copies_stay_within_the_plan():
+    relu = Footprint(input_bytes=6 * GiB, output_bytes=6 * GiB, peak_bytes=6 * GiB)
+    affine = Footprint(param_bytes=64 << 10, input_bytes=256 << 20, output_bytes=256 << 20, peak_bytes=512 << 20)
+    small = Footprint(input_bytes=2 << 20, output_bytes=2 << 20, peak_bytes=6 << 20)
+    # The 6 GiB ReLU leaves no room for a captured call beside its inputs and the reference's answer.
+    assert memory.graph_output_budget(relu, 1 * GiB) < relu.forward_bytes
+    # The affine task's captured calls (each keeping the reference's peak, 512 MiB) fit twice.
+    budget = memory.graph_output_budget(affine, 1 * GiB)
+    assert 2 * affine.forward_bytes <= budget < 3 * affine.forward_bytes
+    assert memory.graph_output_budget(small, 1 * GiB) == 1 * GiB  # capped by the caller's limit
+    # Timing goes round copies of a small set; a large one is timed on the one copy.
+    assert memory.timing_copies(small) == memory.MAX_TIMING_COPIES
+    assert memory.timing_copies(affine) == memory.timing_copies(relu) == memory.timing_copies(None) == 1
+    assert memory.timing_copies(small) * small.input_bytes <= memory.TIMING_COPIES_BYTES
+
+
 def test_a_task_too_large_for_the_device_is_the_tasks_problem_and_one_crowded_out_is_the_environments():
     huge = Footprint(input_bytes=100 * GiB, output_bytes=100 * GiB, peak_bytes=100 * GiB)
     kind, message, hint = memory.fit_problem(huge, free=H200, total=H200, device_name="H200")

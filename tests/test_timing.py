@@ -96,7 +96,7 @@ def test_a_speedup_is_the_median_of_the_rounds_ratios_and_rounds_interleave():
     assert speedup_of(Runs([10.0, 10.0, 30.0], [0, 0, 0]), Runs([1.0, 5.0, 3.0], [0, 0, 0])) == 10.0
     order = []
     timer = Timer("cpu")
-    first, second = timer.rounds([lambda: order.append("a"), lambda: order.append("b")], [], warmup=1, rounds=3)
+    first, second = timer.rounds([lambda: order.append("a"), lambda: order.append("b")], [[]], warmup=1, rounds=3)
     assert order == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-up of each, then a, b per round
     assert len(first.stream_ms) == len(second.stream_ms) == 3
 

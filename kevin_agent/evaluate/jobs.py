@@ -23,6 +23,9 @@ WANT = "want "
 """Prefix of a worker's request line: ``want candidate``, ``want timing``."""
 KERNEL = "kernel "
 """Prefix of a confirmation worker's line naming the kernel whose code runs next."""
+REPLIED = "replied"
+"""The worker's last line: its reply file is complete, and the parent need not wait for it to exit
+(a CUDA context takes a while to tear down, and nothing of it is the candidate's)."""
 INTERRUPTED = "the run was interrupted"
 """The error of a candidate (or a confirmed kernel) whose evaluation the run's end cut short."""
 

@@ -78,9 +78,15 @@ def per_worker(fp: Footprint) -> int:
     return planned(fp) + WORKER_BYTES
 
 
+READY_BYTES = 320 * MiB
+"""What a worker makes while it gets ready and keeps: the timer's cache-flush buffer (256 MiB on a
+GPU whose L2 is under 128 MiB) and the fingerprint's weights (32 MiB)."""
+
+
 def idle_worker(fp: Footprint) -> int:
-    """A worker waiting for its candidate: its context and the reference's parameters."""
-    return WORKER_BYTES + fp.param_bytes
+    """A worker waiting for its candidate: its context, the buffers it made getting ready and the
+    reference's parameters."""
+    return WORKER_BYTES + READY_BYTES + fp.param_bytes
 
 
 def capacity(free: int, total: int, *, model_fraction: float = 0.0, limit: int | None = None) -> int:
@@ -135,6 +141,20 @@ def poison_bytes(fp: Footprint | None, room: int | None, *, lean: bool = False) 
     if room is None:
         return want
     return max(0, min(want, room // (4 if lean else 2)))
+
+
+TIMING_COPIES_BYTES = 64 * MiB
+"""Copies of the timing set, all together, are kept within this (part of ``HARNESS_BYTES``)."""
+MAX_TIMING_COPIES = 8
+
+
+def timing_copies(fp: Footprint | None) -> int:
+    """How many copies of the timing set the rounds go round: where a call's time is microseconds,
+    where one copy of its inputs lies moves it by a few percent, so small sets are timed on up to
+    ``MAX_TIMING_COPIES`` copies; large ones (whose calls stream gigabytes) on one."""
+    if fp is None or fp.input_bytes <= 0:
+        return 1
+    return max(1, min(MAX_TIMING_COPIES, TIMING_COPIES_BYTES // fp.input_bytes))
 
 
 def graph_output_budget(fp: Footprint | None, cap: int) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ...results import Stage, StageTimes
 from ..reference import Limit
-from ..jobs import WANT, Job, WorkerReply
+from ..jobs import REPLIED, WANT, Job, WorkerReply
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",
@@ -292,6 +292,8 @@ class WorkerProcess:
                     deadline += time.monotonic() - waited
                     if clock is not None:
                         clock.switch(phase)
+                elif line == REPLIED:
+                    return None  # the reply is written: what is left is the process's own teardown
                 elif line in Stage._value2member_map_:
                     stage = Stage(line)
                     self.stages.append(stage)

@@ -19,7 +19,7 @@ from . import meter
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import graph_column
-from ..memory import graph_output_budget
+from ..memory import graph_output_budget, timing_copies
 from .guards import Integrity, audit_ops
 from ..jobs import Job, WorkerReply
 from ..plausibility import bandwidth, implausibility, runtime_floor
@@ -271,12 +271,14 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     # Candidate and eager reference back to back in this process, so that drift of the clocks
     # or the temperature between them cannot flatter either.
     enter(Stage.TIMING)
-    timer = Timer(device)
-    meter.release(device)  # what the trials left cached goes back before the timing's buffers are made
-    timing_inputs = trials.draw("timing")
+    timer = trials.timer or Timer(device)
+    meter.release(device)  # what the trials left cached goes back before the timing's sets are drawn
+    copies = [trials.draw("timing") for _ in range(timing_copies(trials.meta.footprint))]
+    timing_inputs = copies[0]
     overhead_ms = timer.sync_overhead_ms(s.timed_runs)
     # Head to head, in rounds, on the same tensors (the re-check below writes new values into them).
-    runs, ref_runs = timer.rounds([cand, ref], timing_inputs, warmup=s.warmup_runs, rounds=s.timed_runs)
+    runs, ref_runs = timer.rounds([cand, ref], copies, warmup=s.warmup_runs, rounds=s.timed_runs)
+    del copies
     check_integrity(integrity, "while it was timed")
     runtime, reference = runs.stream, ref_runs.stream
     sync_check = refuse_hidden_work(runs, overhead_ms, device)

@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 import torch
 
 from ...results import Confirmed, LaunchedTiming, Stage, TimingStats
-from . import meter
+from . import fingerprint, meter
 from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
                         refuse_hidden_work, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
 from ..jobs import Assignment, Job, WorkerReply
+from ..memory import timing_copies
 from ..plausibility import implausibility
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
 from .timing import Runs, Timer, ratios
@@ -134,7 +135,10 @@ class Confirming:
         meter.start(self.device)
         set_reference_tf32(self.s.reference_tf32)
         self.ref = build_reference(self.task, job)
-        self.trials = Trials.fresh(job, self.task, self.ref, read_meta(job))
+        meta = read_meta(job)
+        fingerprint.prepare(self.device)
+        self.timer = Timer(self.device)  # before the fresh sets: its buffer pins no large block
+        self.trials = Trials.fresh(job, self.task, self.ref, meta)
         self.compiled, self.compile_error = None, ""
         if self.s.compare_compile:
             try:
@@ -143,7 +147,6 @@ class Confirming:
                     self.compiled(*self.trials.draw("timing"))
             except Exception as exc:
                 self.compiled, self.compile_error = None, describe(exc)[:300]
-        self.timer = Timer(self.device)
         importlib.import_module("torch.utils.cpp_extension")  # what every kernel imports first
         self.integrity = Integrity()
 
@@ -185,11 +188,13 @@ class Confirming:
         self.request("timing")  # returns once the device is this worker's alone
         self.stage(Stage.TIMING)
         meter.release(self.device)  # what the trials left cached goes back before the rounds
-        # One copy of the timing inputs for everything timed, as a run worker times its candidate and
-        # the reference on one copy: five copies of a 6 GB input would not fit beside a model
-        # holding most of the GPU. Inputs are checked unchanged, and each kernel's re-check writes
-        # values it has never seen into this copy, so an answer cached by address still goes stale.
-        self.timing = timing = self.trials.draw("timing")
+        # The timing inputs shared by everything timed, as a run worker times its candidate and the
+        # reference on them: one copy of a large set (five copies of a 6 GB input would not fit
+        # beside a model holding most of the GPU), a few of a small one to go round. Inputs are
+        # checked unchanged, and each kernel's re-check writes values it has never seen into the
+        # first copy, so an answer cached by address still goes stale.
+        copies = [self.trials.draw("timing") for _ in range(timing_copies(self.trials.meta.footprint))]
+        self.timing = copies[0]
         for kernel in self.kernels:
             if kernel.alive:
                 kernel.timed = Timed(kernel.model, kernel)
@@ -200,13 +205,14 @@ class Confirming:
         overhead_ms = self.timer.sync_overhead_ms(self.s.timed_runs)
         with torch.no_grad():
             for entry in list(entries):
-                self._run(entry, entries, lambda e=entry: [e.fn(*timing) for _ in range(self.s.warmup_runs)])
+                self._run(entry, entries, lambda e=entry: [e.fn(*self.timing) for _ in range(self.s.warmup_runs)])
             self.timer.sync()
             started = time.monotonic()
             rounds = 0
             while rounds < self.s.confirm_rounds:
+                timing = copies[rounds % len(copies)]  # as Timer.rounds goes round them
                 for entry in list(entries):
-                    self._run(entry, entries, lambda e=entry: e.runs.add(self.timer.one(e.fn, timing)))
+                    self._run(entry, entries, lambda e=entry, a=timing: e.runs.add(self.timer.one(e.fn, a)))
                 rounds += 1
                 live = [k for k in self.kernels if k.alive]
                 if not live or rounds >= MIN_ROUNDS and rounds % CHECK_EVERY == 0 and (
@@ -215,7 +221,8 @@ class Confirming:
                     break
             # With their launches in the time, beside the rounds' headline (``Timer.launched``).
             for entry in list(entries):
-                self._run(entry, entries, lambda e=entry: setattr(e, "launched", self.timer.launched(e.fn, timing)))
+                self._run(entry, entries, lambda e=entry: setattr(e, "launched", self.timer.launched(e.fn, self.timing)))
+        del copies
         changed = self.integrity.changed()
         if changed:
             raise Tainted(f"[no-monkeypatch] while the kernels were timed together, one of them rebound "

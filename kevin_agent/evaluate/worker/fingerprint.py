@@ -4,8 +4,8 @@
 pseudo-random odd weights, modulo 2**64, computed in chunks with integer arithmetic, so it is the
 same on every device and costs a few passes over the tensor instead of a copy of it. It says
 whether an input was left unchanged and whether a recomputed answer is the one recorded.
-``sample`` keeps a fixed subset of a tensor's values on the host (all of them for a small one):
-enough to see that an output stayed the same while the reference's changed.
+``sample`` keeps a fixed subset of a tensor's values where the tensor is (all of them for a small
+one): enough to see that an output stayed the same while the reference's changed.
 """
 
 from __future__ import annotations
@@ -57,6 +57,14 @@ def _chunk_weights(device: torch.device, n: int) -> torch.Tensor:
     return w
 
 
+def prepare(device: str) -> None:
+    """Make this device's chunk weights now. A worker calls it while getting ready, when nothing
+    else is allocated: made later, the 32 MiB could be carved out of a multi-gigabyte free block
+    and pin it, so that the next allocation of that size needs a block of its own."""
+    where = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    _chunk_weights(where, CHUNK_WORDS)  # keyed as a tensor's own .device will be
+
+
 def _words_sum(t: torch.Tensor) -> int:
     """The weighted sum of ``t``'s bytes as 8-byte words (the tail zero-padded), mod 2**64."""
     flat = t.detach()
@@ -95,15 +103,28 @@ def digests(values) -> list[str]:
     return [digest(v) for v in values]
 
 
+_sample_index: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _positions(numel: int, device: torch.device) -> torch.Tensor:
+    """SAMPLE fixed flat positions for a tensor of ``numel`` elements, on ``device`` (made once)."""
+    key = (numel, device)
+    idx = _sample_index.get(key)
+    if idx is None:
+        gen = torch.Generator().manual_seed(numel)
+        idx = _sample_index[key] = torch.randint(numel, (SAMPLE,), generator=gen).to(device)
+    return idx
+
+
 def sample(value) -> list:
-    """A fixed subset of every output's values, on the host (non-tensors as they are)."""
+    """A fixed subset of every output's values (non-tensors as they are), kept where the output
+    is: comparing two samples on the device costs a few launches, where moving them to the host
+    waited for the device and then ran host operators on a many-threaded pool."""
     out = []
     for _, v in leaves(value):
         if not isinstance(v, torch.Tensor) or v.numel() <= SAMPLE:
-            out.append(v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v)
+            out.append(v.detach().clone() if isinstance(v, torch.Tensor) else v)
             continue
-        gen = torch.Generator().manual_seed(v.numel())
-        flat = torch.randint(v.numel(), (SAMPLE,), generator=gen)
-        where = tuple(i.to(v.device) for i in torch.unravel_index(flat, tuple(v.shape)))
-        out.append(v.detach()[where].cpu())
+        # take() reads the tensor as if it were flat in row-major order, whatever its strides.
+        out.append(torch.take(v.detach(), _positions(v.numel(), v.device)))
     return out

@@ -34,7 +34,7 @@ from .candidate import device_name, run_candidate, versions
 from .confirmation import do_confirm
 from .correctness import leaves, set_reference_tf32
 from .guards import Integrity
-from ..jobs import KERNEL, WANT, Assignment, Job, WorkerReply
+from ..jobs import KERNEL, REPLIED, WANT, Assignment, Job, WorkerReply
 from ..memory import requested_bytes
 from ..reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
@@ -134,6 +134,7 @@ def do_run(job: Job, parent: Parent) -> WorkerReply:
         if device == "cuda":
             torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the integrity snapshot
         trials = Trials.load(job, task, meta)
+        trials.prepare()
         set_reference_tf32(job.settings.reference_tf32)
         ref = build_reference(task, job)
         trials.reference = ref
@@ -171,6 +172,12 @@ class Parent:
         self._out.write(s.value + "\n")
 
     __call__ = stage
+
+    def say(self, line: str) -> None:
+        try:
+            self._out.write(line + "\n")
+        except OSError:
+            pass  # the parent is gone; the reply file is there for whoever looks
 
     def mark(self, which: str) -> None:
         """Name the kernel whose code runs next (confirm mode; ``-``: the reference)."""
@@ -221,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     tmp = job.reply_path + ".tmp"
     Path(tmp).write_text(reply.model_dump_json(), encoding="utf-8")
     os.replace(tmp, job.reply_path)
+    parent.say(REPLIED)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: candidate atexit hooks and extension destructors may hang or crash.

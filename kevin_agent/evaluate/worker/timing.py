@@ -264,14 +264,23 @@ class Timer:
             size = max(2 * int(l2), 256 << 20)
         else:
             size = min(2 * _cpu_cache_bytes(), 256 << 20)
-        self._flush_buffer = torch.empty(size // 4, dtype=torch.float32, device=device)
+        self._flush_buffer = torch.ones(size // 4, dtype=torch.float32, device=device)
+        self._sink = torch.empty((), dtype=torch.float32, device=device)
         self._leads: dict[int, _Lead] = {}
         """Each callable's lead, by ``id`` (the entry keeps the callable alive, so no id is reused)."""
         self._cycles_per_ms: float | None = None
 
     def flush(self) -> None:
-        """Write the buffer (on cuda: on the current stream, queued like any kernel)."""
-        self._flush_buffer.fill_(1.0)
+        """cuda: read the buffer (a reduction on the current stream, queued like any kernel), which
+        leaves the L2 cache holding clean lines of it: a timed call's misses then cost the same
+        wherever this process's buffers happen to lie. Writing it instead left the cache full of
+        dirty lines whose write-backs the call paid for, by an amount that moved with the buffer's
+        address (a launch-bound module read up to 4% apart in two timers of one process).
+        cpu: write it (the host's caches are write-allocate)."""
+        if self.device == "cuda":
+            torch.sum(self._flush_buffer, dim=0, out=self._sink)
+        else:
+            self._flush_buffer.fill_(1.0)
 
     def sync(self) -> None:
         if self.device == "cuda":
@@ -292,17 +301,20 @@ class Timer:
                 out.add(self.one(fn, args))
         return out
 
-    def rounds(self, fns: Sequence[Callable], args: Sequence, *, warmup: int, rounds: int) -> list[Runs]:
+    def rounds(self, fns: Sequence[Callable], copies: Sequence[Sequence], *, warmup: int, rounds: int) -> list[Runs]:
         """``fns`` timed head to head: each warmed up, then ``rounds`` rounds that time each once, in
         order, on the same inputs (how a turn times its candidate and the reference, and how a
-        confirmation times its kernels: whatever drifts between rounds drifts for all of them)."""
+        confirmation times its kernels: whatever drifts between rounds drifts for all of them).
+        Round ``r`` uses ``copies[r % len(copies)]``: copies of one set at other addresses, so that
+        the medians do not ride on where one copy happens to lie (``memory.timing_copies``)."""
         out = [Runs([], []) for _ in fns]
         with torch.no_grad():
             for fn in fns:
                 for _ in range(warmup):
-                    fn(*args)
+                    fn(*copies[0])
             self.sync()
-            for _ in range(rounds):
+            for r in range(rounds):
+                args = copies[r % len(copies)]
                 for fn, runs in zip(fns, out):
                     runs.add(self.one(fn, args))
         return out

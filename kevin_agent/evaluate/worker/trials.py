@@ -22,6 +22,7 @@ import torch
 from ...results import TimingStats
 from . import meter
 from .correctness import nbytes_of, poisoned_memory, sync
+from . import fingerprint
 from .fingerprint import digest, digests
 from ..jobs import Job
 from ..memory import Footprint, poison_bytes
@@ -205,6 +206,14 @@ class Trials:
         """The reference, for answers computed again (set once it is on the device)."""
         self.lean = False
         """Poison less memory (an evaluation is tried again after the harness ran out of memory)."""
+        self.timer: Timer | None = None
+        """The timer the timing stage uses, made while the worker got ready (``prepare``)."""
+
+    def prepare(self) -> None:
+        """Make the harness's long-lived buffers (the timer's cache-flush buffer, the fingerprint's
+        weights) while nothing else is allocated, so that none of them later pins a large free block."""
+        self.timer = Timer(self.device)
+        fingerprint.prepare(self.device)
 
     @classmethod
     def load(cls, job: Job, task, meta: ReferenceData) -> Trials:
