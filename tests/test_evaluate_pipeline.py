@@ -241,6 +241,8 @@ def test_reference_data_is_made_once_per_task_and_settings(tmp_path):
     (res,) = first.evaluate([FIXED_SCALE])
     assert res.status is Status.CORRECT, res.error
     first.close()
+    # The workers imported the task and wrote no bytecode beside it: the person's folder is as it was.
+    assert sorted(p.name for p in task_file.parent.iterdir()) == [task_file.name]
 
     # A second evaluator (a resumed run, another process) reads it and changes nothing.
     second = LocalEvaluator(load_task(task_file), _settings(tmp_path))

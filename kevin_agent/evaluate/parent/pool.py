@@ -44,7 +44,10 @@ def scrubbed_env(extra: dict[str, str] | None = None, environ: dict[str, str] | 
         if not any(w in k.upper() for w in _SECRET_WORDS) and not k.upper().startswith(_SECRET_PREFIXES)
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Bytecode is written for the libraries a worker imports (an image that ships torch without
+    # it would otherwise compile it again in every worker, seconds each), never beside the
+    # person's files: the worker turns it off around importing those (``taskcode.import_file``).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env

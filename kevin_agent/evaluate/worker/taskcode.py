@@ -35,10 +35,17 @@ def describe(exc: BaseException, *paths: str) -> str:
 
 
 def import_file(path: str, name: str):
+    """Import the person's (or a candidate's) file, and whatever of theirs it imports, writing no
+    bytecode beside it: their folders stay as they were. torch's own modules, imported lazily
+    elsewhere in the worker, do cache theirs, so that the next worker does not compile them again."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = saved
     return module
 
 
