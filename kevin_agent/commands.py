@@ -10,7 +10,8 @@ from typing import Any
 from .config import RunConfig, load_config
 from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
-from .formatting import best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_speedup, stage_times
+from .formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
+                         fmt_speedup, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
 from .results import Status
@@ -164,6 +165,8 @@ def cmd_check(args, registry: Registry) -> int:
         "floor_ms": result.floor.floor_ms if result and result.floor else None,
         "cuda_graph": result.graph.model_dump() if result and result.graph else None,
         "launched": result.launched.model_dump() if result and result.launched else None,
+        "signatures": [s.model_dump() for s in result.signatures] if result else [],
+        "weighted_speedup": result.weighted_speedup if result else None,
         "stage_s": result.stage_s.model_dump() if result and result.stage_s else None,
         "wall_s": result.wall_s if result else None,
         "sync_check": result.sync.model_dump() if result and result.sync else None,
@@ -177,6 +180,8 @@ def cmd_check(args, registry: Registry) -> int:
     print(line)
     if result is not None and (launched := fmt_launched(result.launched, result.speedup)) is not None:
         print(f"  {launched}")
+    if result is not None and (at_signatures := fmt_signatures(result)) is not None:
+        print(f"  {at_signatures}")
     if result is not None and result.memory is not None:
         print(f"  {fmt_memory(result.memory)}")
     for reason in reasons:

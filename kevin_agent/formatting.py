@@ -90,6 +90,17 @@ def fmt_launched(launched: LaunchedTiming | None, speedup: float | None) -> str 
             f"eager {fmt_ms(launched.reference)})")
 
 
+def fmt_signatures(ev: EvalResult) -> str | None:
+    """A result at several input signatures in one line, e.g. "at 3 input signatures, weighted by
+    use: 2.10x (#0 float32[64, 512] x24: 2.31x; #1 float32[8, 512] x8: 1.52x; #2 x2: checked)"."""
+    if not ev.signatures:
+        return None
+    parts = [f"#{s.signature} {', '.join(s.inputs)} x{s.count}: "
+             + (fmt_speedup(s.speedup) if s.speedup is not None else "checked") for s in ev.signatures]
+    weighted = fmt_speedup(ev.weighted_speedup) if ev.weighted_speedup is not None else "-"
+    return f"at {len(ev.signatures)} input signatures, weighted by use: {weighted} ({'; '.join(parts)})"
+
+
 def gib(n: int | float) -> str:
     """Bytes in GiB for people: 6.0 GiB, 0.25 GiB."""
     value = n / (1 << 30)

@@ -121,6 +121,21 @@ class LaunchedTiming(BaseModel):
     """Reference / candidate (medians)."""
 
 
+class SignatureTiming(BaseModel):
+    """The candidate and the reference at one of the task's input signatures (a task extracted from
+    a model names every signature the model called its module with)."""
+
+    signature: int
+    """Its place in ``get_input_signatures()`` (0: the headline's, ``get_inputs()``)."""
+    count: int
+    """How often the model calls the module with it: its weight."""
+    inputs: list[str]
+    runtime: TimingStats | None = None
+    reference: TimingStats | None = None
+    speedup: float | None = None
+    """Reference / candidate, median of the rounds' ratios (None: checked for correctness, not timed)."""
+
+
 class RuntimeFloor(BaseModel):
     """The least time the kernel could take: the bytes it must move at the device's bandwidth
     (and the FLOPs it must do at the device's FLOP rate, where both are known)."""
@@ -226,6 +241,12 @@ class EvalResult(BaseModel):
     """cuda: the "in a CUDA graph" column (None on cpu and in older records)."""
     launched: LaunchedTiming | None = None
     """cuda: the times with each call's launches in them (None on cpu and in older records)."""
+    signatures: list[SignatureTiming] = Field(default_factory=list)
+    """A task with several input signatures: each one checked (and the most frequent timed), the
+    headline's first; empty for a task with one."""
+    weighted_speedup: float | None = None
+    """With several input signatures: the reference's time over the candidate's, each timed
+    signature weighted by how often the model uses it (what the module saves in the model)."""
     memory: MemoryUse | None = None
     """The evaluation's peak device memory and the task's footprint (None in older records, and when
     the worker ended before it could say)."""

@@ -386,3 +386,48 @@ def test_get_inputs_runs_with_the_evaluation_device_as_torch_default(tmp_path):
     (again,) = make_inputs(module, job, 7, "rescaled", on="cpu")
     assert on_meta.device.type == "meta" and tuple(on_meta.shape) == (128, 512)
     assert on_host.device.type == "cpu" and torch.equal(on_host, again)
+
+
+SIGNATURES_TASK = TASK_SOURCE + '''
+
+def get_input_signatures():
+    # As a task extracted from a model names them: most frequent first, the first get_inputs()'s.
+    return [(24, get_inputs), (8, lambda: [torch.randn(16, 512)]), (2, lambda: [torch.randn(3, 7)]),
+            (1, lambda: [torch.randn(1, 5)])]
+'''
+
+RIGHT_ONLY_AT_128_ROWS = """
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2.0 + (1.0 if x.shape[0] == 128 else 1.5)
+"""
+
+
+def test_a_kernel_is_verified_at_every_input_signature_the_task_names_and_its_speedup_weighted(tmp_path):
+    task_file = write_task(tmp_path / "task")
+    task_file.write_text(SIGNATURES_TASK)
+    ev = LocalEvaluator(load_task(task_file), _settings(tmp_path))
+    try:
+        ev.probe()
+        assert [s.count for s in ev.reference.signatures] == [24, 8, 2, 1]
+        assert ev.reference.signatures[1].inputs == ["float32[16, 512]"]
+        good, wrong_elsewhere = ev.evaluate([FIXED_SCALE, RIGHT_ONLY_AT_128_ROWS])
+    finally:
+        ev.close()
+    assert good.status is Status.CORRECT, good.error
+    assert [s.signature for s in good.signatures] == [0, 1, 2, 3]
+    # The three most frequent are timed, the fourth only checked; the weighted speedup is the
+    # reference's time over the candidate's, each signature counted as often as the model calls it.
+    timed = [s for s in good.signatures if s.speedup is not None]
+    assert [s.signature for s in timed] == [0, 1, 2] and good.signatures[3].runtime is None
+    expected = (sum(s.count * s.reference.median_ms for s in timed) / sum(s.count * s.runtime.median_ms for s in timed))
+    assert good.weighted_speedup == pytest.approx(expected)
+    # Right at the headline's 128 rows, wrong at the model's other shapes: not verified.
+    assert wrong_elsewhere.status is Status.INCORRECT
+    assert "at input signature 1 of 4 (float32[16, 512], 8 calls per forward)" in wrong_elsewhere.error

@@ -235,3 +235,19 @@ def test_check_with_the_kernelbench_preset(tmp_path):
     assert (out["atol"], out["rtol"], out["reference_tf32"]) == (1e-2, 1e-2, False)
     assert 5e-4 < out["max_abs_err"] < 1e-2
     assert out["implausible"] is False and out["floor_ms"] > 0 and out["cuda_graph"] is None
+
+
+def test_a_result_at_several_input_signatures_reads_in_one_line():
+    from kevin_agent.formatting import fmt_signatures
+    from kevin_agent.results import EvalResult, SignatureTiming, Stage, Status, TimingStats
+
+    def ms(value: float) -> TimingStats:
+        return TimingStats(median_ms=value, mean_ms=value, std_ms=0, min_ms=value, max_ms=value, p10_ms=value,
+                           p90_ms=value, runs=3)
+
+    ev = EvalResult(status=Status.CORRECT, stage=Stage.DONE, correct=True, weighted_speedup=2.1, signatures=[
+        SignatureTiming(signature=0, count=24, inputs=["float32[64, 512]"], runtime=ms(1), reference=ms(2.3), speedup=2.3),
+        SignatureTiming(signature=1, count=2, inputs=["float32[8, 512]"])])
+    assert fmt_signatures(ev) == ("at 2 input signatures, weighted by use: 2.10x (#0 float32[64, 512] x24: 2.30x; "
+                                  "#1 float32[8, 512] x2: checked)")
+    assert fmt_signatures(ev.model_copy(update={"signatures": []})) is None

@@ -63,13 +63,35 @@ class InputSet(BaseModel):
     digests: list[str]
     """``fingerprint.digest`` of each input, in order (a tensor's dtype, shape and bytes; the repr of
     anything else): a set drawn again must match them bitwise."""
+    signature: int = 0
+    """Which of the task's input signatures it is drawn at (``get_input_signatures()``; 0: the one
+    ``get_inputs()`` gives, the headline)."""
     drawn_on: str = "cuda"
     """Where ``get_inputs()`` ran: the evaluation device, or ``cpu`` where the task cannot draw there."""
     nbytes: int
+    shapes: list[str] = Field(default_factory=list)
+    """Each input's dtype and shape (``taskcode.describe_inputs``)."""
     expected: bool
     """Whether the reference's answer to it is used (stored, or computed again by each worker)."""
     answer_digest: str = ""
     """``fingerprint.digest`` of the reference's answer to it, when answered."""
+
+
+class Signature(BaseModel):
+    """One input signature a task says its module is called with (``get_input_signatures()``)."""
+
+    count: int
+    """How often the model calls the module with it (per forward): its weight in the speedup."""
+    inputs: list[str]
+    """Each input's dtype and shape (strides where not contiguous), for people."""
+    call_s: float = 0.0
+    """One call of the reference at it, in seconds (measured answering its set): its stages' limits."""
+
+
+MAX_SIGNATURES = 8
+"""Signatures checked for correctness at most (the most frequent first)."""
+TIMED_SIGNATURES = 3
+"""Signatures timed at most (the most frequent first), the headline's among them."""
 
 
 class ReferenceData(BaseModel):
@@ -102,6 +124,9 @@ class ReferenceData(BaseModel):
     draw_s: float = 0.0
     """The longest a set took to draw again and fingerprint (a worker does it inside a candidate's
     stage, one set at a time), for the stage limits."""
+    signatures: list[Signature] = Field(default_factory=list)
+    """The task's input signatures, most frequent first (the first is the headline's, ``get_inputs()``);
+    empty for a task that names none."""
     device_name: str = ""
     created_at: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
@@ -110,13 +135,26 @@ class ReferenceData(BaseModel):
         return next(s for s in self.sets if s.name == name)
 
 
-def input_plan(settings: EvalSettings) -> list[tuple[str, int, str, bool]]:
-    """(name, seed, distribution, answer stored) for every set of inputs the protocol uses."""
+def input_plan(settings: EvalSettings, signatures: int = 1) -> list[tuple[str, int, str, bool, int]]:
+    """(name, seed, distribution, answer kept, signature) for every set of inputs the protocol uses:
+    the headline's trials, audit, timing and re-check sets, then, for a task that names more input
+    signatures than its headline one, a trial at each (at most ``MAX_SIGNATURES`` in all) and a timing
+    set at the most frequent (at most ``TIMED_SIGNATURES`` in all)."""
     base = settings.seed
-    plan = [(f"trial-{i + 1}", base + i, ("as-given", "rescaled")[i % 2], True)
+    plan = [(f"trial-{i + 1}", base + i, ("as-given", "rescaled")[i % 2], True, 0)
             for i in range(settings.correctness_trials)]
-    return plan + [("audit", base + 300, "as-given", False), ("timing", base + 500, "as-given", False),
-                   ("recheck", base + 1000, "as-given", True), ("recheck-trial", base + 1001, "rescaled", True)]
+    plan += [("audit", base + 300, "as-given", False, 0), ("timing", base + 500, "as-given", False, 0),
+             ("recheck", base + 1000, "as-given", True, 0), ("recheck-trial", base + 1001, "rescaled", True, 0)]
+    for j in range(1, min(signatures, MAX_SIGNATURES)):
+        plan.append((signature_set(j), base + 2000 + j, "as-given", True, j))
+    for j in range(1, min(signatures, TIMED_SIGNATURES)):
+        plan.append((signature_set(j, timing=True), base + 3000 + j, "as-given", False, j))
+    return plan
+
+
+def signature_set(index: int, timing: bool = False) -> str:
+    """The name of the set drawn at input signature ``index`` for a trial (or for timing)."""
+    return f"signature-{index}" + ("-timing" if timing else "")
 
 
 def reference_key(task: Task, settings: EvalSettings, device_name: str) -> str:
@@ -162,6 +200,8 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
         calls += {"correctness": 2 * settings.correctness_trials, "timing": 3}.get(phase, 0)
     per_call = ref.call_s if phase == "timing" else ref.eager.median_ms / 1e3
     extra = [moved_inputs(phase, settings, ref)]
+    if (at_signatures := signatures_s(phase, settings, ref)) > 0:
+        extra.append((settings.stage_time_factor * at_signatures, "at the task's other input signatures"))
     if phase == "timing" and settings.device == "cuda":
         # The CUDA-graph column: reference and candidate each replay a graph of at most
         # GRAPH_CALLS calls, or about GRAPH_TARGET_S of work, (timed_runs // 4, at least 5) times
@@ -171,6 +211,25 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
         graphs = replays * (GRAPH_CALLS * ref_s + max(GRAPH_TARGET_S, settings.stage_time_factor * ref_s))
         extra.append((graphs, "for the CUDA-graph replays"))
     return scaled_limit(settings, calls, per_call, extra)
+
+
+def signature_rounds(settings: EvalSettings) -> int:
+    """Timed rounds at each input signature other than the headline's."""
+    return max(10, settings.timed_runs // 4)
+
+
+def signatures_s(phase: str, settings: EvalSettings, ref: ReferenceData) -> float:
+    """The reference's own time for the calls a stage makes at the task's other input signatures:
+    a trial at each checked one (the candidate's calls, and the reference's where the answers are
+    computed again, count alike), rounds at each timed one."""
+    others = ref.signatures[1:]
+    if phase == "correctness":
+        per = 4 if not ref.answers_stored else 2
+        return sum(per * s.call_s for s in others[:MAX_SIGNATURES - 1])
+    if phase == "timing":
+        calls = 2 * (settings.warmup_runs + signature_rounds(settings))
+        return sum(calls * s.call_s for s in others[:TIMED_SIGNATURES - 1])
+    return 0.0
 
 
 def scaled_limit(settings: EvalSettings, calls: int, per_call_s: float,

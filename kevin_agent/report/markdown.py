@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..confirmation import Winner, current, winner
-from ..formatting import confirmed_line, fmt_launched, fmt_memory, fmt_tolerance
+from ..formatting import confirmed_line, fmt_launched, fmt_memory, fmt_signatures, fmt_tolerance
 from ..lineage import outcome, path_to, tree_lines
 from ..results import Confirmation, EvalResult, LaunchedTiming, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 from .data import stage_totals
@@ -80,6 +80,13 @@ def _launched_rows(launched: LaunchedTiming | None, speedup: float) -> list[str]
             _timing_row("eager PyTorch with its launches", launched.reference, f"{launched.speedup:.2f}x")]
 
 
+def _signature_lines(ev: EvalResult) -> list[str]:
+    """A task with several input signatures: the kernel at each, and the speedup weighted by use."""
+    if (line := fmt_signatures(ev)) is None:
+        return []
+    return [f"Verified {line}.", ""]
+
+
 def _timing_notes(ev: EvalResult) -> list[str]:
     """How the times were taken, and what the checks on them found."""
     if ev.device != "cuda":
@@ -138,6 +145,7 @@ def _best_section(best: Winner) -> list[str]:
         *_graph_rows(ev),
         *_launched_rows(times.launched, best.speedup),
         "",
+        *_signature_lines(ev),
         *_timing_notes(ev),
         "### Correctness evidence",
         "",

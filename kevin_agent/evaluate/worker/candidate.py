@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 
 from ...config import EvalSettings
-from ...results import EvalResult, GraphTiming, LaunchedTiming, RuntimeFloor, Stage, Status, SyncCheck
+from ...results import (EvalResult, GraphTiming, LaunchedTiming, RuntimeFloor, SignatureTiming, Stage, Status,
+                       SyncCheck)
 from ..toolchain.cache import cpu_name
 from . import meter
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
@@ -23,6 +24,7 @@ from ..memory import graph_output_budget, timing_copies
 from .guards import Integrity, audit_ops
 from ..jobs import Job, WorkerReply
 from ..plausibility import bandwidth, implausibility, runtime_floor
+from ..reference import MAX_SIGNATURES, TIMED_SIGNATURES, signature_rounds, signature_set
 from .taskcode import TaskProblem, call_factory, describe, import_file
 from .timing import GRAPH_MAX_OUTPUT_BYTES, Runs, Timer, hidden_work, hidden_work_refusal, speedup_of
 from .trials import ReferenceChanged, Trials
@@ -163,6 +165,16 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
                            "did (the reference's did): the result must be computed from the inputs")
         previous = (got, want)
         outcome.trials_passed += 1
+    for j, entry in enumerate(trials.meta.signatures[1:MAX_SIGNATURES], start=1):
+        # Every input signature the model uses: a kernel right at the headline's and wrong at
+        # another is not verified.
+        outcome.trials += 1
+        try:
+            _trial(s, trials, cand, signature_set(j), outcome)
+        except Mismatch as exc:
+            raise Mismatch(f"at input signature {j} of {len(trials.meta.signatures)} "
+                           f"({', '.join(entry.inputs)}, {entry.count} calls per forward): {exc}") from None
+        outcome.trials_passed += 1
     check_integrity(integrity, "during the correctness trials")
     if s.op_audit:
         computing = audit_ops(cand, trials.draw("audit"))
@@ -233,6 +245,32 @@ def physical_floor(settings: EvalSettings, trials: Trials, moved_bytes: int) -> 
                          bandwidth_source="measured" if settings.bandwidth_gb_s is None else "given")
 
 
+def signature_columns(settings: EvalSettings, trials: Trials, timer: Timer, cand, ref, runtime, reference,
+                      speedup: float) -> tuple[list[SignatureTiming], float | None]:
+    """A task with several input signatures: each one (the headline's first, as timed), the most
+    frequent others timed head to head as the headline is, in fewer rounds; and the speedup weighted
+    by the counts (the reference's time over the candidate's, summed over what the model calls)."""
+    signatures = trials.meta.signatures
+    if len(signatures) < 2:
+        return [], None
+    rows = [SignatureTiming(signature=0, count=signatures[0].count, inputs=signatures[0].inputs, runtime=runtime,
+                            reference=reference, speedup=speedup)]
+    for j, entry in enumerate(signatures[1:MAX_SIGNATURES], start=1):
+        row = SignatureTiming(signature=j, count=entry.count, inputs=entry.inputs)
+        if j < TIMED_SIGNATURES:
+            inputs = trials.draw(signature_set(j, timing=True))
+            runs, ref_runs = timer.rounds([cand, ref], [inputs], warmup=settings.warmup_runs,
+                                          rounds=signature_rounds(settings))
+            del inputs
+            row = row.model_copy(update={"runtime": runs.stream, "reference": ref_runs.stream,
+                                         "speedup": speedup_of(ref_runs, runs)})
+        rows.append(row)
+    timed = [r for r in rows if r.runtime is not None and r.reference is not None]
+    weighted = (sum(r.count * r.reference.median_ms for r in timed)
+                / max(sum(r.count * r.runtime.median_ms for r in timed), 1e-12))
+    return rows, weighted
+
+
 def launched_column(timer: Timer, cand, ref, inputs: list) -> LaunchedTiming | None:
     """cuda: candidate and reference with their launches in the time (``Timer.launched``)."""
     runtime, reference = timer.launched(cand, inputs), timer.launched(ref, inputs)
@@ -292,6 +330,8 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     del timing_inputs
 
     speedup = speedup_of(ref_runs, runs)
+    signatures, weighted = signature_columns(s, trials, timer, cand, ref, runtime, reference, speedup)
+    check_integrity(integrity, "while it was timed")
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
     floor = physical_floor(s, trials, moved)
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
@@ -300,7 +340,8 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     enter(Stage.DONE)
     return result(Status.CORRECT, runtime=runtime, reference=reference, compiled_reference=compiled,
                   speedup=speedup, speedup_vs_compile=vs_compile, flags=flags, floor=floor,
-                  implausible=flag is not None, sync=sync_check, graph=graph, launched=launched)
+                  implausible=flag is not None, sync=sync_check, graph=graph, launched=launched,
+                  signatures=signatures, weighted_speedup=weighted)
 
 
 def _unchanged(previous, current) -> bool:

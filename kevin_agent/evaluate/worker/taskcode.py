@@ -88,7 +88,27 @@ def to_device(value, device: str, *, copy: bool = False):
     return value
 
 
-def make_inputs(module, job: Job, seed: int, distribution: str, on: str = "cpu") -> list:
+def signature_factories(module, job: Job) -> list[tuple[int, object]]:
+    """The task's input signatures, most frequent first, as (count, factory) pairs: what
+    ``get_input_signatures()`` returns (an extracted task names every signature its model used); []
+    for a task that defines none. The first is the headline's, the one ``get_inputs()`` draws."""
+    named = getattr(module, "get_input_signatures", None)
+    if named is None:
+        return []
+    try:
+        pairs = list(named())
+    except Exception as exc:
+        _raise_if_out_of_memory(exc)
+        raise TaskProblem(f"get_input_signatures() raised {describe(exc, job.task_path)}") from None
+    for i, pair in enumerate(pairs):
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], int) and pair[0] > 0
+        if not ok or not callable(pair[1]):
+            raise TaskProblem(f"get_input_signatures() item {i} must be (count, factory): a positive int and "
+                              f"a function returning that signature's inputs, got {pair!r:.100}")
+    return [(count, factory) for count, factory in pairs]
+
+
+def make_inputs(module, job: Job, seed: int, distribution: str, on: str = "cpu", signature: int = 0) -> list:
     """The set drawn under ``seed``, with ``get_inputs()`` run where ``on`` says: on the evaluation
     device (torch's default device for the call, so its factories draw there, in a fraction of a
     millisecond where the host takes seconds for gigabytes) or on the host (``cpu``), as the
@@ -99,14 +119,43 @@ def make_inputs(module, job: Job, seed: int, distribution: str, on: str = "cpu")
     if distribution == "rescaled":
         gen = torch.Generator().manual_seed(seed)
         scale = 2.0 ** (4.0 * float(torch.rand(1, generator=gen)) - 2.0)
+    draw = (lambda: call_factory(module, "get_inputs", job)) if signature == 0 else (
+        lambda: _signature_inputs(module, job, signature))
     if on == "cpu":
-        values = call_factory(module, "get_inputs", job)
+        values = draw()
     else:
         with torch.device(on):
-            values = call_factory(module, "get_inputs", job)
+            values = draw()
     if distribution == "rescaled":
         values = [v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
     return values
+
+
+def _signature_inputs(module, job: Job, signature: int) -> list:
+    """The inputs at input signature ``signature`` (its factory's)."""
+    factories = signature_factories(module, job)
+    if signature >= len(factories):
+        raise TaskProblem(f"get_input_signatures() names {len(factories)} signatures; there is no {signature}")
+    try:
+        values = factories[signature][1]()
+    except Exception as exc:
+        _raise_if_out_of_memory(exc)
+        raise TaskProblem(f"the factory of input signature {signature} raised {describe(exc, job.task_path)}") from None
+    if not isinstance(values, (list, tuple)):
+        raise TaskProblem(f"the factory of input signature {signature} must return a list, got {type(values).__name__}")
+    return list(values)
+
+
+def describe_inputs(values) -> list[str]:
+    """Each input's dtype and shape, with its strides where not contiguous (``float32[64, 512]``)."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            text = f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}"
+            out.append(text if v.is_contiguous() else f"{text} strides {list(v.stride())}")
+        else:
+            out.append(repr(v)[:60])
+    return out
 
 
 def build_reference(module, job: Job) -> torch.nn.Module:

@@ -26,8 +26,9 @@ from . import fingerprint
 from .fingerprint import digest, digests
 from ..jobs import Job
 from ..memory import Footprint, poison_bytes
-from ..reference import INPUTS, META, OUTPUTS, STORE_ANSWERS_BYTES, InputSet, ReferenceData, input_plan, read
-from .taskcode import TaskProblem, describe, make_inputs, to_device
+from ..reference import (INPUTS, MAX_SIGNATURES, META, OUTPUTS, STORE_ANSWERS_BYTES, InputSet, ReferenceData, Signature,
+                         input_plan, read)
+from .taskcode import TaskProblem, describe, describe_inputs, make_inputs, signature_factories, to_device
 from .timing import Timer
 
 
@@ -55,7 +56,7 @@ def draw_place(task, job: Job, seed: int, distribution: str) -> str:
 
 def drawn(task, job: Job, entry: InputSet) -> list:
     """Set ``entry`` drawn again from its seed where it was first drawn, on the device."""
-    values = make_inputs(task, job, entry.seed, entry.distribution, on=entry.drawn_on)
+    values = make_inputs(task, job, entry.seed, entry.distribution, on=entry.drawn_on, signature=entry.signature)
     return to_device(values, job.settings.device)
 
 
@@ -90,7 +91,8 @@ def _transfer_rate(nbytes: int, device: str) -> float:
 
 
 def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distribution: str,
-             answered: bool, drawn_on: str, keep: bool = False) -> tuple[InputSet, list | None, object | None, float, float]:
+             answered: bool, drawn_on: str, keep: bool = False,
+             signature: int = 0) -> tuple[InputSet, list | None, object | None, float, float]:
     """One set drawn from its seed (on the device), what it is, the reference's answer to it (when
     ``answered``), and the seconds the draw (with its fingerprints) and the answer took. With
     ``keep`` the second item is a host copy of the set made before the reference saw it (a
@@ -98,18 +100,18 @@ def draw_set(job: Job, task, ref: torch.nn.Module, name: str, seed: int, distrib
     device = job.settings.device
 
     def draw() -> tuple[list, list[str]]:
-        values = to_device(make_inputs(task, job, seed, distribution, on=drawn_on), device)
+        values = to_device(make_inputs(task, job, seed, distribution, on=drawn_on, signature=signature), device)
         return values, digests(values)
 
     (values, sums), draw_s = _seconds(draw, device)
     kept = to_device(values, "cpu", copy=True) if keep else None
     out, answer_s, answer_digest = None, 0.0, ""
-    nbytes = nbytes_of(values)
+    nbytes, shapes = nbytes_of(values), describe_inputs(values)
     if answered:
         out, answer_s = _seconds(lambda: _answer(ref, values, device), device)
         answer_digest = digest(out)
     entry = InputSet(name=name, seed=seed, distribution=distribution, digests=sums, drawn_on=drawn_on,
-                     nbytes=nbytes, expected=answered, answer_digest=answer_digest)
+                     signature=signature, nbytes=nbytes, shapes=shapes, expected=answered, answer_digest=answer_digest)
     return entry, kept, out, draw_s, answer_s
 
 
@@ -117,19 +119,24 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
     """Draw, answer, time and store; ``request_timing()`` returns once the device is ours alone.
     The device holds one set, its answer and (once) the answer computed again at a time."""
     s, device = job.settings, job.settings.device
-    plan = input_plan(s)
-    name0, seed0, dist0, _ = plan[0]
+    factories = signature_factories(task, job)
+    plan = input_plan(s, signatures=max(1, len(factories)))
+    name0, seed0, dist0, _, _ = plan[0]
     drawn_on = draw_place(task, job, seed0, dist0)
     first = digests(to_device(make_inputs(task, job, seed0, dist0, on=drawn_on), device))
     # Inputs drawn again must come out the same, or each worker's copy must come from disk.
     repeats = first == digests(to_device(make_inputs(task, job, seed0, dist0, on=drawn_on), device))
     answered = sum(1 for *_, a in plan if a)
     sets, inputs, outputs = [], ({} if not repeats else None), {}
-    output_bytes, repeatable, draw_s, answer_s = 0, None, 0.0, 0.0
-    for name, seed, dist, answers in plan:
+    output_bytes, repeatable, draw_s, answer_s, signature_s = 0, None, 0.0, 0.0, {}
+    for name, seed, dist, answers, signature in plan:
         entry, kept, out, drew, answering = draw_set(job, task, ref, name, seed, dist, answers, drawn_on,
-                                                     keep=inputs is not None)
-        draw_s, answer_s = max(draw_s, drew), max(answer_s, answering)
+                                                     keep=inputs is not None, signature=signature)
+        draw_s = max(draw_s, drew)
+        if signature == 0:
+            answer_s = max(answer_s, answering)
+        elif answers:
+            signature_s[signature] = answering
         if out is not None:
             output_bytes += nbytes_of([out])
             if outputs is not None and nbytes_of([out]) * answered > STORE_ANSWERS_BYTES:
@@ -178,7 +185,11 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
                 torch.load(path, mmap=True, weights_only=True)
             except Exception as exc:
                 raise TaskProblem(f"the reference's data cannot be stored and read back: {describe(exc)}") from None
+    signatures = [Signature(count=count, inputs=next(e.shapes for e in sets if e.signature == j),
+                            call_s=eager.median_ms / 1e3 if j == 0 else signature_s.get(j, 0.0))
+                  for j, (count, _) in enumerate(factories[:MAX_SIGNATURES])]
     data = ReferenceData(key=folder.name, sets=sets, inputs_stored=inputs is not None, eager=eager,
+                         signatures=signatures,
                          call_s=call_s, compiled=compiled, compile_error=compile_error,
                          bandwidth_bytes_per_ms=bandwidth, output_bytes=output_bytes,
                          answers_stored=outputs is not None, answers_repeatable=repeatable is not False,
@@ -239,9 +250,10 @@ class Trials:
         once, for its fingerprints and its answer's."""
         device, drawn_on = job.settings.device, meta.sets[0].drawn_on if meta.sets else job.settings.device
         sets, inputs, outputs = [], {}, {}
-        for name, seed, dist, answered in input_plan(job.settings.model_copy(update={"seed": job.seed})):
+        plan = input_plan(job.settings.model_copy(update={"seed": job.seed}), signatures=max(1, len(meta.signatures)))
+        for name, seed, dist, answered, signature in plan:
             entry, kept, answer, _, _ = draw_set(job, task, ref, name, seed, dist, answered, drawn_on,
-                                                 keep=meta.inputs_stored)
+                                                 keep=meta.inputs_stored, signature=signature)
             sets.append(entry)
             if kept is not None:
                 inputs[name] = kept
