@@ -122,14 +122,23 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
 def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
     """Trajectories not given: as many as the backend serves without preemption (the vllm
     backend knows its KV cache once started), up to the paper's 16. Also the first line's note."""
-    from .backends.capacity import default_trajectories, room_flags, trajectories_note
+    from .backends.capacity import (default_trajectories, model_shape, room_flags, sequences_with_fp8_weights,
+                                    trajectories_note)
 
     fit = getattr(backend, "sequences_that_fit", None)
     chosen = config.trajectories is None
     trajectories = default_trajectories(fit) if chosen else config.trajectories
+    with_fp8 = None
+    if fit is not None and config.quantization != "fp8" and (shape := model_shape(config.model)) is not None:
+        with_fp8 = sequences_with_fp8_weights(shape, fit, context_tokens=config.context_tokens,
+                                              kv_cache_dtype=config.kv_cache_dtype,
+                                              tensor_parallel_size=config.tensor_parallel_size)
     note = trajectories_note(trajectories, config.turns, sequences_that_fit=fit,
                              context_tokens=config.context_tokens, chosen=chosen,
-                             room=room_flags(config.kv_cache_dtype, config.quantization))
+                             room=room_flags(config.kv_cache_dtype, config.quantization), with_fp8_weights=with_fp8)
+    if fit is not None:  # an engine of its own: say what it serves with
+        weights = "fp8 weights" if config.quantization == "fp8" else "bf16 weights"
+        note = f"{weights}, {'fp8' if config.kv_cache_dtype == 'fp8' else 'bf16'} KV cache; {note}"
     return config.model_copy(update={"trajectories": trajectories}), note
 
 

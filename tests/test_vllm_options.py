@@ -162,6 +162,24 @@ def test_first_line_compares_with_the_papers_16_x_8():
     assert trajectories_note(2, 3, sequences_that_fit=None, context_tokens=32768, chosen=False) == "the paper: 16 x 8"
 
 
+def test_the_first_line_says_when_16_trajectories_need_fp8_weights():
+    from kevin_agent.backends.capacity import QWQ_32B, sequences_with_fp8_weights
+
+    # On one H200 with the fp8 KV cache, bf16 weights leave room for 12 sequences of 32K (run 6);
+    # fp8 weights free 31 GB more, about 7 sequences of 4.3 GB.
+    fp8 = sequences_with_fp8_weights(QWQ_32B, 12, context_tokens=32768, kv_cache_dtype="fp8")
+    assert fp8 == 19
+    note = trajectories_note(12, 8, sequences_that_fit=12, context_tokens=32768, chosen=True,
+                             room=room_flags("fp8", "none"), with_fp8_weights=fp8)
+    assert note == ("the paper: 16 x 8; the KV cache holds 12 sequences of 32768 tokens: 16 trajectories at 32K "
+                    "need --quantization fp8 on this GPU (about 19 fit with fp8 weights)")
+    # Where fp8 weights would not reach 16, or the number was given, the note is as before.
+    assert "need --quantization fp8" not in trajectories_note(6, 8, sequences_that_fit=6, context_tokens=32768,
+                                                              chosen=True, with_fp8_weights=13)
+    assert "need --quantization fp8" not in trajectories_note(12, 8, sequences_that_fit=12, context_tokens=32768,
+                                                              chosen=False, with_fp8_weights=19)
+
+
 def test_scripted_run_first_line_says_how_it_compares(tmp_path):
     proc = kevin("run", REPO / "examples" / "rmsnorm.py", "--device", "cpu", "--backend", "scripted",
                  "--responses", REPO / "examples" / "rmsnorm.cpu.jsonl", "--turns", "1", "--headless",
@@ -329,8 +347,9 @@ def test_backend_refuses_fp8_weights_before_loading_anything(monkeypatch):
 
 
 def test_a_package_vllm_imports_but_lacks_is_named(monkeypatch, tmp_path):
-    """vLLM 0.22.0 imports a package it does not ship (humming) to resolve --quantization: the
-    refusal names the package and the option instead of blaming the model or the memory."""
+    """vLLM 0.22.0 imports a module it does not ship (humming, in humming-kernels) to resolve
+    --quantization: the refusal names the module, its distribution and the option instead of
+    blaming the model or the memory."""
     from kevin_agent.backends.vllm import VLLMBackend
 
     pkg = tmp_path / "vllm"
@@ -348,6 +367,8 @@ def test_a_package_vllm_imports_but_lacks_is_named(monkeypatch, tmp_path):
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.delenv("KEVIN_VLLM_ENGINE_ARGS", raising=False)
-    with pytest.raises(BackendError, match="its Python package 'humming' is missing") as info:
+    with pytest.raises(BackendError, match="its Python module 'humming' is missing") as info:
         VLLMBackend(RunConfig(device="cuda", quantization="fp8"), gpus=h200s(1))
+    # The module ships under another name: the hint names the distribution to install.
+    assert "pip install humming-kernels" in info.value.hint and "kevin-opt[vllm]" in info.value.hint
     assert "--quantization" in info.value.hint and info.value.exit_code == 3

@@ -159,6 +159,15 @@ def default_trajectories(sequences_that_fit: int | None) -> int:
     return max(1, min(PAPER_TRAJECTORIES, sequences_that_fit))
 
 
+def sequences_with_fp8_weights(shape: ModelShape, sequences_that_fit: int, *, context_tokens: int,
+                               kv_cache_dtype: KvCacheDtype, tensor_parallel_size: int = 1) -> int:
+    """The engine's own measure of full-context sequences, moved to fp8 weights by the arithmetic:
+    what quantizing the projections frees (one byte a weight of two) goes to the KV cache."""
+    freed = (shape.weight_bytes("none") - shape.weight_bytes("fp8")) // tensor_parallel_size
+    per_sequence = shape.kv_bytes_per_token(kv_cache_dtype) / tensor_parallel_size * context_tokens
+    return sequences_that_fit + int(freed // per_sequence)
+
+
 def room_flags(kv_cache_dtype: str, quantization: str) -> list[str]:
     """The vLLM options not yet on that make room in the KV cache."""
     flags = ["--kv-cache-dtype fp8"] if kv_cache_dtype != "fp8" else []
@@ -168,12 +177,19 @@ def room_flags(kv_cache_dtype: str, quantization: str) -> list[str]:
 def trajectories_note(
     trajectories: int, turns: int, *, sequences_that_fit: int | None, context_tokens: int, chosen: bool,
     room: list[str] = [],  # noqa: B006 - never mutated
+    with_fp8_weights: int | None = None,
 ) -> str:
     """How a run's trajectories x turns compare with the paper's 16 x 8, for its first line.
 
     ``chosen`` is True when the number of trajectories was picked from the capacity (not given);
-    ``room`` names options that would fit more (``room_flags``).
+    ``room`` names options that would fit more (``room_flags``); ``with_fp8_weights`` is how many
+    sequences fp8 weights would hold (``sequences_with_fp8_weights``), where they are not in use.
     """
+    if (chosen and sequences_that_fit is not None and trajectories < PAPER_TRAJECTORIES
+            and with_fp8_weights is not None and with_fp8_weights >= PAPER_TRAJECTORIES):
+        return (f"the paper: {PAPER_TRAJECTORIES} x {PAPER_TURNS}; the KV cache holds {sequences_that_fit} sequences "
+                f"of {context_tokens} tokens: {PAPER_TRAJECTORIES} trajectories at {context_tokens // 1024}K need "
+                f"--quantization fp8 on this GPU (about {with_fp8_weights} fit with fp8 weights)")
     if (trajectories, turns) == (PAPER_TRAJECTORIES, PAPER_TURNS):
         head = "as in the paper"
     else:

@@ -37,6 +37,9 @@ from ..errors import BackendError, EnvironmentUnavailable
 from ..gpus import Gpu, GpuPlan, check_engine_options, detect_gpus, plan_gpus
 from ..protocols import DoneCallback, Generation, TokenCallback
 from .capacity import PAPER_TRAJECTORIES
+
+DISTRIBUTIONS = {"humming": "humming-kernels"}
+"""Modules vLLM imports whose distribution on PyPI has another name."""
 from .streaming import OPEN_TAG, SerialCallback, ThinkSplitter
 from .vllm_stats import EngineStats, EngineStatsSink, KvCapacity, stat_logger_class
 
@@ -168,12 +171,13 @@ class VLLMBackend:
         try:
             self._engine = vllm.LLMEngine.from_engine_args(args, stat_loggers=[stat_logger_class(self._stats)])
         except ModuleNotFoundError as exc:
-            # vLLM imports every quantization method's module to resolve one; 0.22.0 imports a
-            # package (humming) that neither it nor PyPI provides, so --quantization fails there.
+            # vLLM imports every quantization method's module to resolve one: 0.22.0 imports
+            # `humming` for --quantization, which ships as humming-kernels.
+            distribution = DISTRIBUTIONS.get(exc.name or "", exc.name)
             raise BackendError(
-                f"vLLM could not start model {config.model!r}: its Python package {exc.name!r} is missing",
-                f"install {exc.name!r} beside vLLM, or run without --quantization "
-                f"(now {config.quantization!r}) if that is what pulls it in",
+                f"vLLM could not start model {config.model!r}: its Python module {exc.name!r} is missing",
+                f"pip install {distribution} (or pip install 'kevin-opt[vllm]', which pins it), or run without "
+                f"--quantization (now {config.quantization!r}) if that is what pulls it in",
             ) from exc
         except Exception as exc:  # vLLM raises many kinds; the person needs one message
             raise BackendError(
