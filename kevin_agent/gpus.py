@@ -100,6 +100,8 @@ class GpuPlan(BaseModel):
     """The GPU kernels are timed on; None when they run on the CPU."""
     overlaps: bool
     """Evaluation may run while the model generates."""
+    why: str = ""
+    """The layout in words, and why it was chosen (the run's first line says it with several GPUs)."""
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -134,9 +136,19 @@ def plan_gpus(config: RunConfig, gpus: list[Gpu], *, two_gpu_layout: Layout = TW
     model_gpus = list(range(tp))
     if config.device == "cpu":
         return GpuPlan(model_gpus=model_gpus, eval_gpu=None, overlaps=True)
+    chosen = eval_gpu is None and config.tensor_parallel_size is None
     if eval_gpu is None:
         eval_gpu = tp if count > tp else 0
-    return GpuPlan(model_gpus=model_gpus, eval_gpu=eval_gpu, overlaps=eval_gpu not in model_gpus)
+    overlaps = eval_gpu not in model_gpus
+    on = f"GPU{'s' if tp > 1 else ''} {', '.join(map(str, model_gpus))}"
+    if overlaps:
+        why = f"the model on {on}, the kernels on GPU {eval_gpu}: kernels are timed while the model generates"
+    else:
+        why = f"the model on {on}, the kernels on GPU {eval_gpu} too, timed between generations"
+    if chosen and count >= 2:
+        why += (f" (the {two_gpu_layout} layout, kevin-opt's default for {count} GPUs; --tensor-parallel-size "
+                f"and --eval-gpu choose another)")
+    return GpuPlan(model_gpus=model_gpus, eval_gpu=eval_gpu, overlaps=overlaps, why=why)
 
 
 def evaluation_overlaps_generation(config: RunConfig, gpus: list[Gpu] | None = None) -> bool:

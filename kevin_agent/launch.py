@@ -44,8 +44,9 @@ def make_search(config: RunConfig):
 
 
 def _placement(config: RunConfig):
-    """Where the kernels run and whether their timing may overlap generation; an impossible
-    --eval-gpu is refused here, before anything starts."""
+    """Where the kernels run, whether their timing may overlap generation, and, with several GPUs,
+    the layout in words for the run's first line; an impossible --eval-gpu is refused here, before
+    anything starts."""
     gpus = detect_gpus() if config.device == "cuda" else []
     plan = plan_gpus(config, gpus)
     settings = config.eval_settings()
@@ -54,7 +55,8 @@ def _placement(config: RunConfig):
     if config.device == "cuda" and config.backend == "vllm" and plan.eval_gpu in plan.model_gpus:
         # The probe runs before the model is loaded: the model's share is not free then, but will be gone.
         settings = settings.model_copy(update={"model_memory_fraction": config.gpu_memory_utilization})
-    return settings, plan.overlaps
+    said = plan.why if len(gpus) >= 2 and config.backend == "vllm" else ""
+    return settings, plan.overlaps, said
 
 
 def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settings, *, skip: int = 0,
@@ -93,9 +95,11 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         registry.device_factory(config.device)
     task = load_task(task_file, config.class_name)
     config = config.model_copy(update={"device": resolve_device(config)})
-    settings, overlaps = _placement(config)
+    settings, overlaps, layout = _placement(config)
     evaluator, backend = _probe_and_connect(registry, task, config, settings)
     config, note = _settle_trajectories(config, backend)
+    if layout:
+        note = f"{layout}; {note}"
     root = config.run_dir or default_runs_root(task.path.parent)
     info = RunInfo(
         run_id=new_run_id(task.name), created_at=now_iso(),
@@ -184,7 +188,7 @@ def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: 
             sink.emit(Notice(level="warning", message=f"this run started on {info.device_name} and resumes "
                                                        f"on {evaluator.device_name}; speedups are not comparable"))
 
-    settings, overlaps = _placement(config)
+    settings, overlaps, _ = _placement(config)
     evaluator, backend = _probe_and_connect(registry, task, config, settings, skip=len(store.all_records()),
                                             on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,

@@ -217,6 +217,12 @@ def test_two_gpus_split_model_and_kernels_by_default():
     assert eval_worker_env(plan, visible(h200s(2), "1,0")) == {"CUDA_VISIBLE_DEVICES": "0"}
     other = plan_gpus(config, h200s(2), two_gpu_layout="tensor-parallel")
     assert (other.model_gpus, other.eval_gpu, other.overlaps) == ([0, 1], 0, False)
+    # The run's first line says which layout it took, and why.
+    assert plan.why == ("the model on GPU 0, the kernels on GPU 1: kernels are timed while the model generates "
+                        "(the split layout, kevin-opt's default for 2 GPUs; --tensor-parallel-size and --eval-gpu "
+                        "choose another)")
+    assert other.why.startswith("the model on GPUs 0, 1, the kernels on GPU 0 too, timed between generations")
+    assert "default" not in plan_gpus(RunConfig(device="cuda", eval_gpu=1), h200s(2)).why
 
 
 def test_explicit_layouts():
