@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_agent.check_sources import STREAM_WORDS, find, lex
+from kevin_agent.checks.sources import STREAM_WORDS, find, lex
 from kevin_agent.checks import RULES, run_checks
 from kevin_agent.parsing import parse_response
 

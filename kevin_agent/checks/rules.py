@@ -6,8 +6,8 @@ work, hiding failures behind ``try``/``except``, side threads and streams the ti
 see, patching the timer or the harness, and tensor subclasses that defer the work. Names are
 resolved through the module's imports, so ``import torch.nn.functional as F; F.relu`` and
 ``from torch import relu`` are both caught. A compute method counts only where its receiver may
-be a tensor (``seen.add(k)`` on a set does not; see ``check_kinds``), and kernel sources are read
-with their comments and literals blanked (see ``check_sources``). The rules are a first line
+be a tensor (``seen.add(k)`` on a set does not; see ``kinds``), and kernel sources are read
+with their comments and literals blanked (see ``sources``). The rules are a first line
 only: the evaluator checks results at run time whatever the source looks like.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import ast
 
-from .check_kinds import LOAD_INLINE, Kinds
-from .check_scopes import Scopes
-from .check_sources import KernelSources
-from .results import CheckResult, Violation
+from .kinds import LOAD_INLINE, Kinds
+from .scopes import Scopes
+from .sources import KernelSources
+from ..results import CheckResult, Violation
 
 RULES: dict[str, str] = {
     "syntax": "the candidate must be valid Python",

@@ -2,7 +2,7 @@
 
 Every binding of a name in its scope is recorded with where its value comes from (an
 assignment, a loop, a parameter, an import, a ``def``), and every store to an attribute of a
-given name anywhere in the module; ``check_kinds`` infers from these what a name may hold.
+given name anywhere in the module; ``kinds`` infers from these what a name may hold.
 Anything that binds a value out of the tree's sight (``vars()``, ``__dict__``, ``setattr``
 with a computed name, frame and closure internals, a class passed around as a value so that a
 method's ``self`` may be any object) marks the module ``opaque``: nothing is inferred then.

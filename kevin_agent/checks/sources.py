@@ -22,7 +22,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-from .check_scopes import Scopes
+from .scopes import Scopes
 
 STREAM_WORDS = re.compile(
     r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamPerThread|cudaStreamNonBlocking|"

@@ -2,7 +2,7 @@
 
 Tensor compute methods share their names with methods of plain Python values (``seen.add(k)``,
 ``keys.sort()``) and with the kernels of the candidate's own extension (``ext.softmax(x)``).
-From the bindings ``check_scopes`` records, this module infers without running anything which
+From the bindings ``scopes`` records, this module infers without running anything which
 expressions surely hold such a value, so that only a call on a possible tensor counts as
 PyTorch compute.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from .check_scopes import EXT, OTHER, PY, UNKNOWN, Scope, Scopes
+from .scopes import EXT, OTHER, PY, UNKNOWN, Scope, Scopes
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 RETURN = "<return>"  # the pseudo-name under which a function's results are kept
