@@ -15,13 +15,13 @@ def _scripted(config, *, skip: int = 0):
     return ScriptedBackend(config.responses, skip=skip)
 
 
-def _openai(config, *, skip: int = 0):
+def _openai(config):
     from .backends.openai import OpenAIBackend
 
     return OpenAIBackend(config)
 
 
-def _vllm(config, *, skip: int = 0):
+def _vllm(config):
     from .backends.vllm import VLLMBackend
 
     return VLLMBackend(config)
@@ -31,7 +31,29 @@ def _vllm(config, *, skip: int = 0):
 def register_backends(register):
     register("vllm", _vllm)
     register("openai", _openai)
-    register("scripted", _scripted)
+    register("scripted", _scripted, replays=True)
+
+
+def _independent(config):
+    from .search import IndependentSearch
+
+    return IndependentSearch()
+
+
+def _beam(config):
+    from .search import BeamSearch, default_beam_width
+
+    width = config.beam_width or default_beam_width(config.trajectories)
+    if width > config.trajectories:
+        raise ConfigError(f"--beam-width {width} is more than --trajectories {config.trajectories}",
+                          "keep at most as many trajectories as there are")
+    return BeamSearch(width)
+
+
+@hookimpl
+def register_searches(register):
+    register("independent", _independent)
+    register("beam", _beam)
 
 
 @hookimpl

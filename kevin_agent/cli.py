@@ -63,7 +63,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     if not resume:
         _flag(g, "trajectories", type=_positive_int, metavar="N")
     if not resume:
-        _flag(g, "search", choices=["independent", "beam"])
+        _flag(g, "search")
         _flag(g, "beam_width", type=_positive_int, metavar="K")
     _flag(g, "target_speedup", type=_nonneg_float, metavar="X")
     _flag(g, "min_speedup", type=_nonneg_float, metavar="X")

@@ -168,8 +168,9 @@ class RunConfig(EvalOptions, BaseSettings):
     """Stop early once a verified kernel reaches this speedup."""
     min_speedup: float = Field(1.0, ge=0)
     """Speedup a verified kernel must reach for the run to succeed (exit 0) and be committed."""
-    search: Literal["independent", "beam"] = "independent"
-    """How trajectories share the turns: independent chains, or a beam that continues the best ones."""
+    search: str = "independent"
+    """How trajectories share the turns: independent chains, or a beam that continues the best ones
+    (a registered search: independent, beam, or one a plugin registers)."""
     beam_width: int | None = Field(None, ge=1)
     """Beam search: trajectories kept after each turn (default a quarter of --trajectories, at least 1)."""
 

@@ -15,12 +15,19 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
 def register_backends(register):
-    """``register(name, factory)``; ``factory(config: RunConfig, *, skip: int) -> Backend``."""
+    """``register(name, factory, *, replays=False)``; ``factory(config: RunConfig) -> Backend``.
+    ``replays=True`` declares a backend that replays a fixed sequence of responses: its factory is
+    called as ``factory(config, skip=n)`` with the responses a resumed run has used already."""
 
 
 @hookspec
 def register_devices(register):
     """``register(name, factory)``; ``factory(task: Task, settings: EvalSettings) -> Evaluator``."""
+
+
+@hookspec
+def register_searches(register):
+    """``register(name, factory)``; ``factory(config: RunConfig) -> Search`` (``--search NAME``)."""
 
 
 @hookspec

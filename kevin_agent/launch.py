@@ -31,18 +31,6 @@ def resolve_device(config: RunConfig) -> str:
     return detect_device()
 
 
-def make_search(config: RunConfig):
-    from .search import BeamSearch, IndependentSearch, default_beam_width
-
-    if config.search == "beam":
-        width = config.beam_width or default_beam_width(config.trajectories)
-        if width > config.trajectories:
-            raise ConfigError(f"--beam-width {width} is more than --trajectories {config.trajectories}",
-                              "keep at most as many trajectories as there are")
-        return BeamSearch(width)
-    return IndependentSearch()
-
-
 def _placement(config: RunConfig):
     """Where the kernels run, whether their timing may overlap generation, and, with several GPUs,
     the layout in words for the run's first line; an impossible --eval-gpu is refused here, before
@@ -91,6 +79,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
     registry = registry or build_registry()
     # A mistyped name fails before anything is loaded.
     registry.backend_factory(config.backend)
+    registry.search_factory(config.search)
     if config.device:
         registry.device_factory(config.device)
     task = load_task(task_file, config.class_name)
@@ -119,7 +108,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
     if config.run_dir is None:
         _keep_out_of_git(root)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check, search=make_search(config), start_note=note,
+                  check=registry.check, search=registry.make_search(config), start_note=note,
                   overlap_generation=overlaps)
 
 
@@ -192,4 +181,4 @@ def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: 
     evaluator, backend = _probe_and_connect(registry, task, config, settings, skip=len(store.all_records()),
                                             on_probed=warn_if_moved)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check, search=make_search(config), overlap_generation=overlaps)
+                  check=registry.check, search=registry.make_search(config), overlap_generation=overlaps)

@@ -23,7 +23,6 @@ generation is aborted, every worker is killed, and turns in flight are not recor
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -85,7 +84,7 @@ class Engine:
         self._cancel = threading.Event()
         self._abort = threading.Event()
         self._generating = threading.Event()
-        self._reports_done = _accepts(backend.generate, "on_done")
+        self._reports_done = bool(getattr(backend, "calls_on_done", False))
         self._branches: list[tuple[int, int]] = []
         self._branch_lock = threading.Lock()
         self._confirming = threading.Lock()
@@ -370,15 +369,6 @@ _CONFIRMATION_SETTINGS = {"correctness_trials", "tolerance", "atol", "rtol", "re
                           "timed_runs", "compare_compile", "op_audit", "cpu_threads", "confirm_rounds",
                           "bandwidth_gb_s", "seed"}
 """The settings a confirmation depends on: with others, the run's best kernels are confirmed again."""
-
-
-def _accepts(func: Callable, name: str) -> bool:
-    """Whether ``func`` takes the keyword ``name`` (a plugin's backend may predate it)."""
-    try:
-        parameters = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 class _Draft:

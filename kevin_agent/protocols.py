@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from .events import Event
 from .results import Confirmation, EvalResult, Stage, TurnRecord
+from .task import TaskProbe
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
 TokenCallback = Callable[[int, Literal["reasoning", "text"], str], None]
@@ -38,6 +39,9 @@ class Backend(Protocol):
 
     name: str
     model: str
+    calls_on_done: bool
+    """Whether ``generate`` calls ``on_done`` as each prompt is answered (a backend that does not
+    declare it is not given one, and its candidates are built when the whole turn is in)."""
 
     def generate(
         self,
@@ -81,6 +85,16 @@ class Evaluator(Protocol):
 
     device: str
     device_name: str
+
+    def probe(self) -> TaskProbe:
+        """Build the task once and make (or find) its reference data; the task's shapes for the
+        prompt. Raises ``TaskError`` for a task that cannot be evaluated, ``EnvironmentUnavailable``
+        for a machine that cannot run it, both before any turn."""
+        ...
+
+    def versions(self) -> dict[str, str]:
+        """The toolchain and library versions the results depend on (for ``run.json``)."""
+        ...
 
     def submit(self, source: str, *, on_stage: CandidateStageCallback | None = None,
                on_output: OutputCallback | None = None) -> Future[EvalResult]:

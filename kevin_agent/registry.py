@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
-import inspect
 import os
 import pkgutil
 import traceback
@@ -39,7 +38,10 @@ class CheckRule:
 @dataclass
 class Registry:
     backends: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    replaying: set[str] = field(default_factory=set)
+    """Backends registered with ``replays=True``: their factories take ``skip``."""
     devices: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    searches: dict[str, Callable[..., Any]] = field(default_factory=dict)
     checks: dict[str, CheckRule] = field(default_factory=dict)
     reporters: dict[str, Any] = field(default_factory=dict)
     load_errors: list[str] = field(default_factory=list)
@@ -49,7 +51,14 @@ class Registry:
         """The backend ``config.backend`` names. ``skip`` is the number of responses a resumed run
         has already used; only backends that replay a fixed sequence take it."""
         factory = self.backend_factory(config.backend)
-        return factory(config, skip=skip) if _takes_skip(factory) else factory(config)
+        return factory(config, skip=skip) if config.backend in self.replaying else factory(config)
+
+    def make_search(self, config):
+        """The search strategy ``config.search`` names (``--search``)."""
+        return self.search_factory(config.search)(config)
+
+    def search_factory(self, name: str) -> Callable[..., Any]:
+        return _lookup(self.searches, "search", name)
 
     def backend_factory(self, name: str) -> Callable[..., Any]:
         """The registered factory for ``name``; a clear error listing the names otherwise."""
@@ -109,7 +118,12 @@ def build_registry(extra_dirs: list[Path] | None = None) -> Registry:
             _register_module(pm, reg, f"kevin_user_plugin_{name}", lambda p=path, n=name: _import_path(n, p), label=str(path))
 
     hook = pm.hook
-    hook.register_backends(register=lambda name, factory: reg.backends.__setitem__(name, factory))
+    def register_backend(name: str, factory: Callable[..., Any], *, replays: bool = False) -> None:
+        reg.backends[name] = factory
+        (reg.replaying.add if replays else reg.replaying.discard)(name)
+
+    hook.register_backends(register=register_backend)
+    hook.register_searches(register=lambda name, factory: reg.searches.__setitem__(name, factory))
     hook.register_devices(register=lambda name, factory: reg.devices.__setitem__(name, factory))
     hook.register_checks(
         register=lambda rule, description, check: reg.checks.__setitem__(rule, CheckRule(rule, description, check))
@@ -140,15 +154,6 @@ def _register_module(pm: pluggy.PluginManager, reg: Registry, name: str, load, l
         return
     if pm.get_plugin(name) is None:
         pm.register(module, name=name)
-
-
-def _takes_skip(factory: Callable[..., Any]) -> bool:
-    """Plugin factories may take only the config; ``skip`` matters to replaying backends alone."""
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    return "skip" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def _lookup(table: dict[str, Any], what: str, name: str) -> Any:

@@ -26,7 +26,47 @@ def test_builtins_come_through_the_same_hooks():
     reg = build_registry()
     assert {"vllm", "openai", "scripted"} <= set(reg.backends)
     assert {"cpu", "cuda"} <= set(reg.devices)
+    assert {"independent", "beam"} <= set(reg.searches)
     assert "builtin" in reg.plugins and "kevin-opt" in reg.checks
+    # Capabilities are declared, not found by reading signatures: only a replaying backend is
+    # told how many responses a resumed run has used.
+    assert reg.replaying == {"scripted"}
+
+
+SEARCH_PLUGIN = '''
+from kevin_agent.hookspecs import hookimpl
+from kevin_agent.search import IndependentSearch
+
+class EveryOther(IndependentSearch):
+    pass
+
+@hookimpl
+def register_searches(register):
+    register("every-other", lambda config: EveryOther())
+
+@hookimpl
+def register_backends(register):
+    seen = []
+    register("plain", lambda config: seen)
+'''
+
+
+def test_searches_and_backends_come_by_registered_name(tmp_path):
+    from kevin_agent.config import RunConfig
+    from kevin_agent.errors import ConfigError
+
+    (tmp_path / "every_other.py").write_text(SEARCH_PLUGIN)
+    reg = build_registry([tmp_path])
+    assert type(reg.make_search(RunConfig(search="every-other"))).__name__ == "EveryOther"
+    assert type(reg.make_search(RunConfig(search="beam", trajectories=8))).__name__ == "BeamSearch"
+    # A backend registered without replays=True is made from the config alone, resumed or not.
+    assert reg.make_backend(RunConfig(backend="plain"), skip=3) == []
+    try:
+        reg.make_search(RunConfig(search="nope"))
+    except ConfigError as exc:
+        assert "unknown search 'nope'" in exc.message and "every-other" in exc.hint
+    else:
+        raise AssertionError("an unknown search was accepted")
 
 
 def test_folder_plugins_register_and_broken_ones_are_skipped(tmp_path):
@@ -61,7 +101,7 @@ def replay(config, *, skip=0):
 
 @hookimpl
 def register_backends(register):
-    register("replay", replay)
+    register("replay", replay, replays=True)
 '''
 
 

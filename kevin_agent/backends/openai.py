@@ -36,6 +36,7 @@ class OpenAIBackend:
     """Streams chat completions from an OpenAI-compatible server."""
 
     name = "openai"
+    calls_on_done = True
 
     #: First retry waits this long, then twice as long each time.
     retry_backoff_s: float = 1.0

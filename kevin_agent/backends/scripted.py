@@ -26,6 +26,7 @@ class ScriptedBackend:
     """Serves the responses of a JSONL file in order."""
 
     name = "scripted"
+    calls_on_done = True
 
     def __init__(
         self, path: Path, *, skip: int = 0, model: str = "scripted", chunk_delay_s: float = 0.0

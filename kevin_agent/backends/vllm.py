@@ -125,6 +125,7 @@ class VLLMBackend:
     """Generates with a vLLM ``LLMEngine`` driven from this process."""
 
     name = "vllm"
+    calls_on_done = True
 
     def __init__(
         self,
