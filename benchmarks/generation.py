@@ -39,6 +39,47 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from pydantic import BaseModel  # noqa: E402
+
+from kevin_agent.backends.capacity import GiB, KvCacheDtype, ModelShape, Quantization  # noqa: E402
+
+#: vLLM's use of its share besides weights and KV cache: the peak activations of its profiling
+#: pass (8192 batched tokens), CUDA graphs, the CUDA context and cuBLAS/NCCL workspaces. This
+#: benchmark prints the estimate below beside the engine's own count.
+RESERVE_BYTES = 3 * GiB
+
+
+class KvEstimate(BaseModel):
+    """What fits in the KV cache, estimated before the engine starts."""
+
+    weight_bytes_per_gpu: int
+    kv_bytes_per_gpu: int
+    tokens: int
+    sequences: int
+    """Sequences of ``context_tokens`` that fit at once."""
+
+
+def estimate_kv(
+    shape: ModelShape,
+    *,
+    gpu_bytes: int,
+    gpu_memory_utilization: float,
+    context_tokens: int,
+    tensor_parallel_size: int = 1,
+    quantization: Quantization = "none",
+    kv_cache_dtype: KvCacheDtype = "auto",
+    reserve_bytes: int = RESERVE_BYTES,
+) -> KvEstimate:
+    """KV cache tokens and full-context sequences for ``shape`` on ``tensor_parallel_size``
+    GPUs of ``gpu_bytes`` each (the KV heads, like the weights, are split over them)."""
+    weights = shape.weight_bytes(quantization) // tensor_parallel_size
+    kv_bytes = max(0, int(gpu_bytes * gpu_memory_utilization) - weights - reserve_bytes)
+    per_token = shape.kv_bytes_per_token(kv_cache_dtype) / tensor_parallel_size
+    tokens = int(kv_bytes // per_token)
+    return KvEstimate(weight_bytes_per_gpu=weights, kv_bytes_per_gpu=kv_bytes, tokens=tokens,
+                      sequences=tokens // context_tokens)
+
+
 CONTEXT_TOKENS = 32768
 
 #: name -> (what it is, RunConfig fields, environment, GPUs needed). Every configuration uses
@@ -247,7 +288,7 @@ def run_turn(backend, prompts: list[str], shared: bool) -> dict[str, Any]:
 
 def worker(name: str, model_dir: Path, prompts_path: Path, result_path: Path, trajectories: int,
            response_tokens: int) -> int:
-    from kevin_agent.backends.capacity import QWQ_32B, estimate_kv
+    from kevin_agent.backends.capacity import QWQ_32B
     from kevin_agent.backends.vllm import VLLMBackend
     from kevin_agent.config import RunConfig
     from kevin_agent.gpus import detect_gpus

@@ -151,13 +151,6 @@ def plan_gpus(config: RunConfig, gpus: list[Gpu], *, two_gpu_layout: Layout = TW
     return GpuPlan(model_gpus=model_gpus, eval_gpu=eval_gpu, overlaps=overlaps, why=why)
 
 
-def evaluation_overlaps_generation(config: RunConfig, gpus: list[Gpu] | None = None) -> bool:
-    """True when candidates may be compiled, checked and timed while the model generates: the
-    kernels' GPU is not one of the model's (or the kernels run on the CPU). False means the
-    timing of a turn's candidates waits until its generation has stopped."""
-    return plan_gpus(config, detect_gpus() if gpus is None else gpus).overlaps
-
-
 def eval_worker_env(plan: GpuPlan, gpus: list[Gpu]) -> dict[str, str]:
     """Environment for an evaluation worker: ``CUDA_VISIBLE_DEVICES`` naming the evaluation GPU
     alone (by its physical number), so the worker's ``cuda:0`` is that GPU."""

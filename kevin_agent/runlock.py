@@ -59,10 +59,6 @@ class LockOwner:
         since = f" (since {self.started_at})" if self.started_at else ""
         return f"process {self.pid}{where}{since}"
 
-    @property
-    def is_self(self) -> bool:
-        return self.pid == os.getpid() and self.host == socket.gethostname()
-
 
 def _read_owner(path: Path) -> LockOwner:
     # The owner writes its name right after it takes the lock; a reader may come in between.

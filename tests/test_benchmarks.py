@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kevin_agent.backends.capacity import QWQ_32B
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,3 +42,39 @@ def test_confirm_benchmark_runs_on_the_cpu(tmp_path):
     for row in res["rows"]:
         low, high = row["ci95"]
         assert row["verified"] and low <= row["median"] <= high and 20 >= row["runs"] > 0
+
+
+def _generation_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generation_benchmark", REPO / "benchmarks" / "generation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+H200_BYTES = 143771 << 20
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize(("quantization", "kv", "tp", "tokens", "sequences"), [
+    # 143771 MiB x 0.80 = 120_603_856_076 B; minus weights, minus the 3 GiB reserve; / bytes per token.
+    ("none", "auto", 1, (120_603_856_076 - 65_527_752_704 - 3 * GiB) // 262_144, 6),
+    ("none", "fp8", 1, (120_603_856_076 - 65_527_752_704 - 3 * GiB) // 131_072, 12),
+    ("fp8", "auto", 1, (120_603_856_076 - 34_322_130_944 - 3 * GiB) // 262_144, 9),
+    ("fp8", "fp8", 1, (120_603_856_076 - 34_322_130_944 - 3 * GiB) // 131_072, 19),
+    # Two GPUs: each holds half the weights and half of every token's KV heads.
+    ("none", "auto", 2, (120_603_856_076 - 65_527_752_704 // 2 - 3 * GiB) // 131_072, 19),
+])
+def test_what_fits_on_an_h200_at_32k(quantization, kv, tp, tokens, sequences):
+    estimate = _generation_benchmark().estimate_kv(QWQ_32B, gpu_bytes=H200_BYTES, gpu_memory_utilization=0.80, context_tokens=32768,
+                           tensor_parallel_size=tp, quantization=quantization, kv_cache_dtype=kv)
+    assert estimate.tokens == tokens
+    assert estimate.sequences == sequences == tokens // 32768
+
+
+def test_a_model_larger_than_the_share_fits_nothing():
+    estimate = _generation_benchmark().estimate_kv(QWQ_32B, gpu_bytes=80 * GiB, gpu_memory_utilization=0.80, context_tokens=32768)
+    assert (estimate.kv_bytes_per_gpu, estimate.tokens, estimate.sequences) == (0, 0, 0)
+
+

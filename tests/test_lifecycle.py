@@ -85,7 +85,7 @@ def test_a_live_owner_is_named_and_a_killed_one_leaves_no_lock(tmp_path):
     (info, _), = list_runs(tmp_path)
     assert info.status == "interrupted"
     with RunLock.acquire(store.dir) as lock:
-        assert lock.owner.pid == os.getpid() and lock_owner(store.dir).is_self
+        assert lock.owner.pid == os.getpid() == lock_owner(store.dir).pid
     assert lock_owner(store.dir) is None and not (store.dir / LOCK_FILE).exists()
 
 

@@ -14,7 +14,6 @@ from kevin_agent.backends.capacity import (
     QWQ_32B,
     ModelShape,
     default_trajectories,
-    estimate_kv,
     model_shape,
     room_flags,
     trajectories_note,
@@ -27,7 +26,6 @@ from kevin_agent.gpus import (
     Gpu,
     check_engine_options,
     eval_worker_env,
-    evaluation_overlaps_generation,
     parse_nvidia_smi,
     plan_gpus,
     visible,
@@ -98,27 +96,6 @@ def test_qwq_32b_sizes_by_hand():
     assert QWQ_32B.weight_bytes("fp8") == 31_205_621_760 + 2 * 1_558_254_592  # 32.0 GiB
     assert QWQ_32B.kv_bytes_per_token("auto") == 64 * 2 * 8 * 128 * 2 == 256 * 1024
     assert QWQ_32B.kv_bytes_per_token("fp8") == 128 * 1024
-
-
-@pytest.mark.parametrize(("quantization", "kv", "tp", "tokens", "sequences"), [
-    # 143771 MiB x 0.80 = 120_603_856_076 B; minus weights, minus the 3 GiB reserve; / bytes per token.
-    ("none", "auto", 1, (120_603_856_076 - 65_527_752_704 - 3 * GiB) // 262_144, 6),
-    ("none", "fp8", 1, (120_603_856_076 - 65_527_752_704 - 3 * GiB) // 131_072, 12),
-    ("fp8", "auto", 1, (120_603_856_076 - 34_322_130_944 - 3 * GiB) // 262_144, 9),
-    ("fp8", "fp8", 1, (120_603_856_076 - 34_322_130_944 - 3 * GiB) // 131_072, 19),
-    # Two GPUs: each holds half the weights and half of every token's KV heads.
-    ("none", "auto", 2, (120_603_856_076 - 65_527_752_704 // 2 - 3 * GiB) // 131_072, 19),
-])
-def test_what_fits_on_an_h200_at_32k(quantization, kv, tp, tokens, sequences):
-    estimate = estimate_kv(QWQ_32B, gpu_bytes=H200_BYTES, gpu_memory_utilization=0.80, context_tokens=32768,
-                           tensor_parallel_size=tp, quantization=quantization, kv_cache_dtype=kv)
-    assert estimate.tokens == tokens
-    assert estimate.sequences == sequences == tokens // 32768
-
-
-def test_a_model_larger_than_the_share_fits_nothing():
-    estimate = estimate_kv(QWQ_32B, gpu_bytes=80 * GiB, gpu_memory_utilization=0.80, context_tokens=32768)
-    assert (estimate.kv_bytes_per_gpu, estimate.tokens, estimate.sequences) == (0, 0, 0)
 
 
 def test_model_shape_from_a_config_folder_and_by_name(tmp_path):
@@ -206,14 +183,14 @@ def test_one_gpu_times_kernels_between_turns():
     config = RunConfig(device="cuda")
     plan = plan_gpus(config, h200s(1))
     assert (plan.model_gpus, plan.eval_gpu, plan.overlaps) == ([0], 0, False)
-    assert evaluation_overlaps_generation(config, h200s(1)) is False
+    assert plan_gpus(config, h200s(1)).overlaps is False
 
 
 def test_two_gpus_split_model_and_kernels_by_default():
     config = RunConfig(device="cuda")
     plan = plan_gpus(config, h200s(2))
     assert (plan.model_gpus, plan.eval_gpu, plan.overlaps) == ([0], 1, True)
-    assert evaluation_overlaps_generation(config, h200s(2)) is True
+    assert plan_gpus(config, h200s(2)).overlaps is True
     assert eval_worker_env(plan, visible(h200s(2), "1,0")) == {"CUDA_VISIBLE_DEVICES": "0"}
     other = plan_gpus(config, h200s(2), two_gpu_layout="tensor-parallel")
     assert (other.model_gpus, other.eval_gpu, other.overlaps) == ([0, 1], 0, False)

@@ -20,11 +20,6 @@ GiB = 1 << 30
 #: The paper's evaluation: 16 parallel trajectories x 8 refinement turns.
 PAPER_TRAJECTORIES, PAPER_TURNS = 16, 8
 
-#: vLLM's use of its share besides weights and KV cache: the peak activations of its profiling
-#: pass (8192 batched tokens), CUDA graphs, the CUDA context and cuBLAS/NCCL workspaces.
-#: ``benchmarks/generation.py`` prints this estimate beside the engine's own count.
-RESERVE_BYTES = 3 * GiB
-
 Quantization = Literal["none", "fp8"]
 KvCacheDtype = Literal["auto", "fp8"]
 
@@ -118,37 +113,6 @@ def model_shape(model: str) -> ModelShape | None:
         except (OSError, ValueError, KeyError):
             continue
     return KNOWN_SHAPES.get(model.lower())
-
-
-class KvEstimate(BaseModel):
-    """What fits in the KV cache, estimated before the engine starts."""
-
-    weight_bytes_per_gpu: int
-    kv_bytes_per_gpu: int
-    tokens: int
-    sequences: int
-    """Sequences of ``context_tokens`` that fit at once."""
-
-
-def estimate_kv(
-    shape: ModelShape,
-    *,
-    gpu_bytes: int,
-    gpu_memory_utilization: float,
-    context_tokens: int,
-    tensor_parallel_size: int = 1,
-    quantization: Quantization = "none",
-    kv_cache_dtype: KvCacheDtype = "auto",
-    reserve_bytes: int = RESERVE_BYTES,
-) -> KvEstimate:
-    """KV cache tokens and full-context sequences for ``shape`` on ``tensor_parallel_size``
-    GPUs of ``gpu_bytes`` each (the KV heads, like the weights, are split over them)."""
-    weights = shape.weight_bytes(quantization) // tensor_parallel_size
-    kv_bytes = max(0, int(gpu_bytes * gpu_memory_utilization) - weights - reserve_bytes)
-    per_token = shape.kv_bytes_per_token(kv_cache_dtype) / tensor_parallel_size
-    tokens = int(kv_bytes // per_token)
-    return KvEstimate(weight_bytes_per_gpu=weights, kv_bytes_per_gpu=kv_bytes, tokens=tokens,
-                      sequences=tokens // context_tokens)
 
 
 def default_trajectories(sequences_that_fit: int | None) -> int:
