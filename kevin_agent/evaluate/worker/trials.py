@@ -126,7 +126,7 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
     first = digests(to_device(make_inputs(task, job, seed0, dist0, on=drawn_on), device))
     # Inputs drawn again must come out the same, or each worker's copy must come from disk.
     repeats = first == digests(to_device(make_inputs(task, job, seed0, dist0, on=drawn_on), device))
-    answered = sum(1 for *_, a in plan if a)
+    answered = sum(1 for _, _, _, answers, _ in plan if answers)
     sets, inputs, outputs = [], ({} if not repeats else None), {}
     output_bytes, repeatable, draw_s, answer_s, signature_s = 0, None, 0.0, 0.0, {}
     for name, seed, dist, answers, signature in plan:
