@@ -10,7 +10,6 @@ the event loop and end the run as they do headless.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import traceback
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from textual.worker import Worker, WorkerState
 from .. import finish
 from ..errors import KevinError, RunLocked
 from ..formatting import confirmed_line
-from ..interrupts import HANDLED, kill_run_processes, signal_name
+from ..interrupts import kill_run_processes, signal_name
 from ..protocols import EventSink
 from ..runlock import lock_owner
 from ..store import default_runs_root
@@ -49,6 +48,7 @@ from .messages import (
 from .screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen, commit_summary
 from .screens.history import FINISHED, HistoryScreen
 from .screens.run import REASONS, RunScreen
+from .signals import AppSignals
 
 if TYPE_CHECKING:
     from ..delivery import Delivery, DeliveryPlan
@@ -98,6 +98,7 @@ class KevinApp(App[int]):
         self.replace = replace
         self.accept_flagged = accept_flagged
         self.handle_signals = handle_signals
+        self.signals = AppSignals(self.interrupt)
         self.start_error: KevinError | None = None
         self.error: KevinError | None = None
         """Why the run (or its start) failed."""
@@ -195,6 +196,8 @@ class KevinApp(App[int]):
         self.engine = engine
         if self.signum is not None:
             engine.abort()  # the signal came while the engine was being made
+        elif self._quitting:
+            engine.halt()  # so did the person's quit
         try:
             return engine.run()
         finally:
@@ -264,17 +267,12 @@ class KevinApp(App[int]):
 
     # --- signals ----------------------------------------------------------------------------
     def _install_signal_handlers(self) -> None:
-        if not self.handle_signals:
-            return
-        loop = asyncio.get_running_loop()
-        for sig in HANDLED:
-            loop.add_signal_handler(sig, self.interrupt, int(sig))
+        if self.handle_signals:
+            self.signals.install()
 
     def on_unmount(self) -> None:
         if self.handle_signals:
-            loop = asyncio.get_running_loop()
-            for sig in HANDLED:
-                loop.remove_signal_handler(sig)
+            self.signals.uninstall()
 
     def interrupt(self, signum: int) -> None:
         """A signal: end the run as headless does (abort, record it as interrupted, exit with
@@ -453,15 +451,16 @@ class KevinApp(App[int]):
             if yes and self.running:
                 self._quitting = True
                 if self.engine is not None:
-                    self.engine.request_stop()
-                    self.engine.cancel_generation()
-                self.run_screen.set_status("stopping, then quitting (q again: quit now)", "$text-warning")
+                    self.engine.halt()
+                self.run_screen.set_status("quitting once the evaluation in flight ends (q again: now)",
+                                           "$text-warning")
             elif yes:
                 self.exit(self.exit_code)
 
         body = Content(
-            "A run is in progress. Stop it after the current evaluation and quit?\n"
-            "Finished turns are saved; the run can be resumed from the history screen."
+            "A run is in progress. Quit? The generation in flight is cancelled and nothing new "
+            "starts; an evaluation in flight is finished first.\n"
+            "Finished turns are saved: resume the run from the history screen, or with kevin-opt resume."
         )
         self.push_screen(ConfirmScreen("quit?", body, yes="Quit"), answered)
 
