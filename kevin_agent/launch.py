@@ -66,10 +66,18 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
         task.probe = evaluator.probe()
         if on_probed is not None:
             on_probed(evaluator)
-        return evaluator, registry.make_backend(config, skip=skip)
+        backend = registry.make_backend(config, skip=skip)
     except BaseException:
         evaluator.close()
         raise
+    try:
+        if (check := getattr(backend, "check", None)) is not None:
+            check()
+    except BaseException:
+        evaluator.close()
+        backend.close()
+        raise
+    return evaluator, backend
 
 
 def _keep_out_of_git(runs_root: Path) -> None:
