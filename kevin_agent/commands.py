@@ -50,13 +50,13 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
         overrides = config_overrides(args)
 
         def start(sink):
-            return launch.resume_run(store, sink, overrides=overrides, registry=registry)
+            return launch.resume_run(store, sink, overrides=overrides, registry=registry, replace=args.replace)
         run_id, runs_root = store.info.run_id, store.dir.parent
     else:
         config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
 
         def start(sink):
-            return launch.start_run(config, args.file, sink, registry=registry)
+            return launch.start_run(config, args.file, sink, registry=registry, replace=args.replace)
         run_id = None
         runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
     if interactive(args):

@@ -99,7 +99,10 @@ def test_outside_a_repository(tmp_path):
     assert any("is not inside a git repository" in n for n in d.notes), d.notes
     # A second run would overwrite files nothing could restore: only with --replace.
     again = deliver_now(task, sample_records() + [correct(0, 4, 2.5)], RunConfig())
-    assert again.outcome == "refused" and "git could not restore" in again.notes[0] and "--replace" in again.notes[0]
+    assert again.outcome == "refused" and "--replace" in again.notes[0]
+    assert again.notes[0].startswith(f"not written: {task.path.parent}/my_relu_kevin.py, my_relu_kevin_report.md, "
+                                     "my_relu_kevin_report.json and my_relu_kevin_report.png exist and are in no git "
+                                     "repository"), again.notes
     assert read_claim(task.path.parent / "my_relu_kevin.py").speedup == 1.83
     assert deliver_now(task, sample_records() + [correct(0, 4, 2.5)], RunConfig(), replace=True).succeeded()
     assert read_claim(task.path.parent / "my_relu_kevin.py").speedup == 2.5
@@ -143,7 +146,12 @@ def test_an_untracked_target_is_replaced_only_when_asked(project):
     plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
     assert plan.states[scratch] == "untracked" and not plan.writable
     assert plan.question() == ("replace the existing files?", "Replace and commit")
-    assert dict(plan.describe())["needs --replace"].startswith(f"{scratch} already exist")
+    lines = plan.describe()
+    assert ("layers/my_relu_kevin_report.md", "exists, not tracked by git: replaced only with --replace (or a yes)") in lines
+    assert ("layers/my_relu_kevin.py", "new file") in lines
+    assert [label for label, _ in lines].count("layers/my_relu_kevin_report.md") == 1  # each target once
+    assert plan.why_not_written() == ("layers/my_relu_kevin_report.md exists and is not tracked by git: "
+                                      "pass --replace to overwrite")
     d = deliver(plan, task, run_info(task), sample_records())
     assert d.outcome == "refused" and scratch.read_text() == "my notes, not in git\n"
     assert not (task.path.parent / "my_relu_kevin.py").exists()
@@ -162,6 +170,11 @@ def test_a_better_kernel_is_never_replaced_silently(project):
     plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
     assert plan.replaces is not None and plan.replaces.speedup == 2.38 and not plan.writable
     assert "claims 2.38x on Test CPU 9000 (run 20250101-120000-my-relu-best, turn 4)" in plan.needs_replace[0]
+    lines = plan.describe()
+    assert lines[1] == ("layers/my_relu_kevin.py", "replaces the committed version; it claims 2.38x on Test CPU 9000 "
+                        "(run 20250101-120000-my-relu-best, turn 4), better than this run's 1.83x: replaced only with "
+                        "--replace (or a yes)")
+    assert [label for label, _ in lines] == ["best kernel", *(f"layers/{n}" for n in OUTPUTS), "commit", "message"]
     d = deliver(plan, task, run_info(task), sample_records())
     assert d.outcome == "refused" and "pass --replace" in d.notes[0]
     assert kernel.read_text() == committed and git(root, "rev-parse", "HEAD") == head

@@ -208,7 +208,7 @@ class KevinApp(App[int]):
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
         from ..launch import resume_run
 
-        return resume_run(run_id, sink, runs_root=self.history_root())
+        return resume_run(run_id, sink, runs_root=self.history_root(), replace=self.replace)
 
     def resume_run(self, run_id: str) -> None:
         """Continue a stored run in this window; a run another process drives is refused, and so
