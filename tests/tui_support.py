@@ -13,6 +13,8 @@ from kevin_agent.events import RunFinished, RunStarted, TurnFinished, TurnStarte
 from kevin_agent.results import (
     BestKernel,
     CheckResult,
+    Confirmation,
+    Confirmed,
     EvalResult,
     RunInfo,
     Stage,
@@ -125,6 +127,28 @@ def beam_run(root: Path, run_id: str, parents: dict[tuple[int, int], int]) -> No
                                              best=best))
     for rec in records.values():
         store.append(rec)
+
+
+def confirmation_of_fixed_run() -> Confirmation:
+    """The confirmation of the fixed records' two verified kernels: trajectory 0's turn 3 (2.00x in
+    its turn) confirmed at 2.70x, its turn 2 (1.25x) dropped on the second look."""
+    return Confirmation(seed=1_000_000, device_name="Test CPU", key="fixed", kernels=[
+        Confirmed(trajectory=0, turn=3, kernel_path="kernels/t0_turn3.py", run_speedup=2.0, verified=True,
+                  speedup_median=2.7, ci95=[2.6, 2.8], runs=100, trials=5, trials_passed=5),
+        Confirmed(trajectory=0, turn=2, kernel_path="kernels/t0_turn2.py", run_speedup=1.25, verified=False,
+                  error="trial 2 of 5 (seed 1000001): max abs error 3.1e-01 over tolerance"),
+    ])
+
+
+def confirmed_run(root: Path, run_id: str = "20250103-120000-affine-0003") -> Path:
+    """A finished run of the fixed records whose best kernels were confirmed."""
+    confirmation = confirmation_of_fixed_run()
+    store = RunStore.create(root, fixed_info(run_id, status="completed", created_at="2025-01-03T12:00:00+00:00",
+                                             best=BestKernel.confirmed(confirmation.kernels[0])))
+    store.update_info(confirmation=confirmation)
+    for rec in fixed_records():
+        store.append(rec)
+    return store.dir
 
 
 def build_store(root: Path) -> Path:
