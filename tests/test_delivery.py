@@ -147,9 +147,11 @@ def test_an_untracked_target_is_replaced_only_when_asked(project):
     assert plan.states[scratch] == "untracked" and not plan.writable
     assert plan.question() == ("replace the existing files?", "Replace and commit")
     lines = plan.describe()
-    assert ("layers/my_relu_kevin_report.md", "exists, not tracked by git: replaced only with --replace (or a yes)") in lines
-    assert ("layers/my_relu_kevin.py", "new file") in lines
-    assert [label for label, _ in lines].count("layers/my_relu_kevin_report.md") == 1  # each target once
+    assert lines[1:4] == [("module", "layers/my_relu_kevin.py: new"),
+                          ("report", "layers/my_relu_kevin_report.md: exists, untracked: needs --replace or a yes"),
+                          ("", "layers/my_relu_kevin_report.json, .png: new")]
+    text = " ".join(t for _, t in lines)
+    assert all(text.count(f"layers/{n}") == 1 for n in ("my_relu_kevin.py", "my_relu_kevin_report.md"))
     assert plan.why_not_written() == ("layers/my_relu_kevin_report.md exists and is not tracked by git: "
                                       "pass --replace to overwrite")
     d = deliver(plan, task, run_info(task), sample_records())
@@ -170,11 +172,10 @@ def test_a_better_kernel_is_never_replaced_silently(project):
     plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
     assert plan.replaces is not None and plan.replaces.speedup == 2.38 and not plan.writable
     assert "claims 2.38x on Test CPU 9000 (run 20250101-120000-my-relu-best, turn 4)" in plan.needs_replace[0]
-    lines = plan.describe()
-    assert lines[1] == ("layers/my_relu_kevin.py", "replaces the committed version; it claims 2.38x on Test CPU 9000 "
-                        "(run 20250101-120000-my-relu-best, turn 4), better than this run's 1.83x: replaced only with "
-                        "--replace (or a yes)")
-    assert [label for label, _ in lines] == ["best kernel", *(f"layers/{n}" for n in OUTPUTS), "commit", "message"]
+    assert plan.describe()[1:3] == [
+        ("module", "layers/my_relu_kevin.py: replaces what is committed; it claims 2.38x (run "
+                   "20250101-120000-my-relu-best, turn 4), better than this run's 1.83x: needs --replace or a yes"),
+        ("report", "layers/my_relu_kevin_report.md, .json, .png: replaces what is committed")]
     d = deliver(plan, task, run_info(task), sample_records())
     assert d.outcome == "refused" and "pass --replace" in d.notes[0]
     assert kernel.read_text() == committed and git(root, "rev-parse", "HEAD") == head

@@ -404,7 +404,7 @@ async def test_c_under_no_commit_writes_and_never_commits(tmp_path):
         await pilot.press("c")
         title, body, yes = await question(pilot, app)
         assert (title, yes) == ("write the best kernel?", "Write (y)")
-        assert "commit: no (--no-commit)" in body and "affine_kevin.py: new file" in body
+        assert "commit: no (--no-commit)" in body and "module: affine_kevin.py: new" in body
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
         header = text_of(app, "#run-header")

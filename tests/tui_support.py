@@ -9,7 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kevin_agent.events import RunFinished, RunStarted, TurnFinished, TurnStarted
+from kevin_agent.events import (Candidate, ConfirmationFinished, ConfirmationStarted, RunFinished, RunStarted,
+                                 TurnFinished, TurnStarted)
 from kevin_agent.results import (
     BestKernel,
     CheckResult,
@@ -182,6 +183,39 @@ def run_events(records: list[TurnRecord] | None = None) -> list:
     events.append(RunFinished(run_id="20250101-120000-affine-0001", reason="completed", best=best,
                               turns_done=len(records)))
     return events
+
+
+def confirmed_run_events() -> list:
+    """The fixed run's events, ending as a run does whose best kernels were confirmed
+    (``confirmation_of_fixed_run``)."""
+    events = run_events()
+    confirmation = confirmation_of_fixed_run()
+    best = BestKernel.confirmed(confirmation.kernels[0], Path("/runs"))
+    finished = events[-1].model_copy(update={"best": best})
+    return [*events[:-1],
+            ConfirmationStarted(kernels=[Candidate(trajectory=0, turn=3, speedup=2.0),
+                                         Candidate(trajectory=0, turn=2, speedup=1.25)]),
+            ConfirmationFinished(confirmation=confirmation, best=best), finished]
+
+
+def better_module_plan(root: Path):
+    """The delivery plan of a run (1.83x, --no-commit) in a repository where an earlier run left
+    its module and report, not tracked by git, and the module claims a better kernel (2.70x)."""
+    from kevin_agent.config import RunConfig
+    from kevin_agent.delivery import plan_delivery
+
+    from .conftest import git_init
+    from .run_records import correct, run_info, sample_records, write_task
+
+    repo = git_init(root)
+    task = write_task(repo / "layers")
+    claim = ('# kevin-opt-kernel: {"speedup": 2.7, "device": "cpu", "device_name": "Test CPU 9000", '
+             '"run_id": "20241231-090000-my-relu-0001", "trajectory": 0, "turn": 5}\n')
+    (repo / "layers" / "my_relu_kevin.py").write_text(claim + "class ModelNew: ...\n")
+    for suffix in ("md", "json", "png"):
+        (repo / "layers" / f"my_relu_kevin_report.{suffix}").write_text("an earlier run's report\n")
+    records = sample_records()[:4] + [correct(0, 3, 1.83, vs_compile=1.21)]
+    return plan_delivery(task, run_info(task), records, RunConfig(commit=False))
 
 
 # --- looking at a running app -----------------------------------------------------------------

@@ -132,8 +132,9 @@ class DeliveryPlan(BaseModel):
         return shown_path(path, self.repo_root)
 
     def describe(self) -> list[tuple[str, str]]:
-        """The plan in words, as (label, text) lines: the TUI's dialog and stderr both print these.
-        Each target is listed once, with what happens to it."""
+        """The plan in words, as (label, text) lines: the TUI's dialog and the JSON summary show
+        these. Each target is named once, with what happens to it; report files that fare alike
+        share a line."""
         if self.kernel is None:
             return [("nothing to deliver", self.nothing or "")]
         k = self.kernel
@@ -141,7 +142,11 @@ class DeliveryPlan(BaseModel):
         lines = [("best kernel", f"trajectory {k.trajectory} turn {k.turn}, {speedup} on {k.device_name}")]
         if self.flagged is not None:
             lines.append(("flagged" if self.accept_flagged else "needs --accept-flagged", self.flagged))
-        lines += [(self.shown(p), self._fate(p)) for p in self.paths]
+        lines.append(("module", f"{self.shown(self.kernel_path)}: {self._fate(self.kernel_path)}"))
+        report = self.paths[1:]
+        for i, fate in enumerate(dict.fromkeys(self._fate(p) for p in report)):
+            alike = [self.shown(p) for p in report if self._fate(p) == fate]
+            lines.append(("report" if i == 0 else "", f"{_extensions(alike)}: {fate}"))
         lines.append(("commit", self.commit_line()))
         if self.commit:
             lines.append(("message", self.message.strip().splitlines()[0]))
@@ -150,17 +155,26 @@ class DeliveryPlan(BaseModel):
     def _fate(self, path: Path) -> str:
         state = self.states.get(path, "new")
         text = _STATE_WORDS["outside" if state == "untracked" and self.repo_root is None else state]
-        if state == "untracked":
-            text += ": replaced" if self.replace else ": replaced only with --replace (or a yes)"
         if path == self.kernel_path and self.replaces is not None:
-            text += (f"; it claims {self.replaces.describe()}, better than this run's {self.kernel.speedup:.2f}x"
-                     + ("" if self.replace else ": replaced only with --replace (or a yes)"))
+            claim = self.replaces
+            where = f" (run {claim.run_id}, turn {claim.turn})" if claim.run_id and claim.turn is not None else ""
+            text += f"; it claims {claim.speedup:.2f}x{where}, better than this run's {self.kernel.speedup:.2f}x"
+        if state == "untracked" or (path == self.kernel_path and self.replaces is not None):
+            text += ": replaced" if self.replace else ": needs --replace or a yes"
         return text
 
 
-_STATE_WORDS = {"new": "new file", "clean": "replaces the committed version",
-                "modified": "has uncommitted changes: never overwritten, nothing is written",
-                "untracked": "exists, not tracked by git", "outside": "exists, in no git repository"}
+_STATE_WORDS = {"new": "new", "clean": "replaces what is committed",
+                "modified": "has uncommitted changes: nothing is written (they are never overwritten)",
+                "untracked": "exists, untracked", "outside": "exists, in no git repository"}
+
+
+def _extensions(paths: Sequence[str]) -> str:
+    """``a/x_report.md, .json, .png``: files that differ only in their extension, named once."""
+    stem = paths[0].rsplit(".", 1)[0]
+    if all(p.rsplit(".", 1)[0] == stem for p in paths):
+        return ", ".join([paths[0], *("." + p.rsplit(".", 1)[1] for p in paths[1:])])
+    return ", ".join(paths)
 
 
 def shown_path(path: Path, repo_root: Path | None = None) -> str:

@@ -20,6 +20,7 @@ from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.content import Content
+from textual.screen import ModalScreen
 from textual.notifications import SeverityLevel
 from textual.worker import Worker, WorkerState
 
@@ -30,7 +31,7 @@ from ..interrupts import kill_run_processes, signal_name
 from ..protocols import EventSink
 from ..runlock import lock_owner
 from ..store import default_runs_root
-from .format import toast_text
+from .notices import Notices
 from .messages import (
     ConfirmationFinishedMessage,
     ConfirmationStartedMessage,
@@ -99,6 +100,7 @@ class KevinApp(App[int]):
         self.accept_flagged = accept_flagged
         self.handle_signals = handle_signals
         self.signals = AppSignals(self.interrupt)
+        self.notices = Notices(self, lambda **toast: App.notify(self, **toast))
         self.start_error: KevinError | None = None
         self.error: KevinError | None = None
         """Why the run (or its start) failed."""
@@ -173,11 +175,17 @@ class KevinApp(App[int]):
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:
-        # Plain text is laid out for the toast here, as wide as the screen leaves room for: paths
-        # shortened and broken at a "/", never inside a name (markup is left to Textual).
-        if not markup:
-            message = toast_text(message, getattr(self.screen, "toast_room", self.size.width * 3 // 4))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        self.notices.notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A dialog's keys are its own: quitting or opening the help from under it does nothing.
+        if action in ("quit", "help") and isinstance(self.screen, ModalScreen):
+            return False
+        if action == "stop_run":
+            return self.running and self.engine is not None and not self._quitting and not self.engine.halted
+        if action == "commit_best":
+            return self.engine is not None
+        return True
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
@@ -303,6 +311,7 @@ class KevinApp(App[int]):
         if (engine := self._engine_or_warn()) is not None:
             engine.request_stop()
             self.run_screen.set_status("stopping after this turn", "$text-warning")
+            self.refresh_bindings()
 
     def action_cancel_generation(self) -> None:
         if (engine := self._engine_or_warn()) is not None:

@@ -8,10 +8,11 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from ...results import TurnRecord
+from ...results import Confirmed, TurnRecord
 from ...formatting import fmt_clock, fmt_seconds
-from ..format import LIVE, LIVE_OUTPUT_LINES, feedback_content
+from ..format import LIVE, LIVE_OUTPUT_LINES, compiler_lines, feedback_content
 from ..state import LiveTurn
+from .rows import Rows
 
 STAGE_NAMES = {"generating": "generation", "queued": "queue"}
 """Phases of a live turn by the names its stored stage times use."""
@@ -28,7 +29,7 @@ def live_content(live: LiveTurn, now: float, previous: TurnRecord | None) -> Con
         if running or s >= 0.05  # a phase that passed in an instant says nothing
     ]
     lines.append(Content.assemble(("time: ", "bold"), Content(" · ").join(phases)))
-    output = live.output_text().rstrip()
+    output = "\n".join(compiler_lines(live.output_text())).strip()
     if output:
         tail = output.splitlines()[-LIVE_OUTPUT_LINES:]
         what = "compiler output" if live.phase == "compile" else "evaluation output"
@@ -42,26 +43,50 @@ def live_content(live: LiveTurn, now: float, previous: TurnRecord | None) -> Con
     return Content("\n").join(lines)
 
 
+MESSAGES_KEPT = 4
+"""The run's latest messages shown above the turn's feedback."""
+
+
 class FeedbackView(VerticalScroll):
+    """A turn's feedback, with the run's latest messages above it (what a delivery did, what a
+    confirmation found, why the run failed): text too long for a notification."""
+
     DEFAULT_CSS = """
     FeedbackView { height: 1fr; }
     FeedbackView > Static { width: 1fr; }
+    FeedbackView > #feedback-messages { display: none; border-bottom: solid $primary 40%; }
+    FeedbackView > #feedback-messages.-shown { display: block; }
     """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._live_key: tuple[int, int] | None = None
+        self.messages: list[tuple[str, str, str]] = []
+        """(title, text, severity), oldest first."""
 
     def compose(self) -> ComposeResult:
+        yield Rows(id="feedback-messages", label_width=0)  # each title heads its text
         yield Static(Content.styled("no finished turn yet", "$text-muted"), id="feedback-text")
 
     def on_mount(self) -> None:
         self.border_title = "feedback"
 
-    def show(self, record: TurnRecord | None, placeholder: str = "no finished turn yet") -> None:
+    def add_message(self, title: str, text: str, severity: str = "information") -> None:
+        self.messages = [*self.messages, (title, text, severity)][-MESSAGES_KEPT:]
+        tones = {"warning": "$text-warning", "error": "$text-error"}
+        rows = [(Content.styled(t or "kevin-opt", "bold " + tones.get(sev, "$text-primary")), Content(body))
+                for t, body, sev in reversed(self.messages)]  # the latest first
+        box = self.query_one("#feedback-messages", Rows)
+        box.set_rows(rows)
+        box.set_class(True, "-shown")
+        self.scroll_home(animate=False)
+
+    def show(self, record: TurnRecord | None, placeholder: str = "no finished turn yet", *,
+             confirmed: Confirmed | None = None) -> None:
         self._live_key = None
         self.border_title = "feedback"
-        text = feedback_content(record) if record is not None else Content.styled(placeholder, "$text-muted")
+        text = (feedback_content(record, confirmed) if record is not None
+                else Content.styled(placeholder, "$text-muted"))
         self.query_one("#feedback-text", Static).update(text)
         self.scroll_home(animate=False)
 
