@@ -181,6 +181,7 @@ async def test_a_long_message_goes_to_the_feedback_pane_and_stays_there(tmp_path
         await wait_for(pilot, lambda: bool(screen.query(Toast)), 10, "the toast")
         await pilot.pause()
         toast = screen.query_one(Toast)
+        assert all(n.timeout <= 6 for n in app._notifications)  # gone in seconds
         (pointer,) = [n.message for n in app._notifications]
         assert len(pointer.splitlines()) == 1 and pointer.endswith("(more in the feedback pane)")
         assert toast.region.height <= 4  # its title and one line: a pointer, not the text
