@@ -101,6 +101,11 @@ class Engine:
         self._stop.set()
 
     @property
+    def stop_requested(self) -> bool:
+        """The run ends after the current turn (asked for, or the person quit)."""
+        return self._stop.is_set()
+
+    @property
     def generating(self) -> bool:
         """The backend is generating right now (what ``cancel_generation`` would cancel)."""
         return self._generating.is_set()
@@ -119,10 +124,6 @@ class Engine:
         self._halt.set()
         self._stop.set()
         self._cancel.set()
-
-    @property
-    def halted(self) -> bool:
-        return self._halt.is_set()
 
     def abort(self) -> None:
         """End the run now: abort the generation, kill the evaluator's workers; turns in flight

@@ -20,8 +20,8 @@ from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.content import Content
-from textual.screen import ModalScreen
 from textual.notifications import SeverityLevel
+from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
 from .. import finish
@@ -182,7 +182,7 @@ class KevinApp(App[int]):
         if action in ("quit", "help") and isinstance(self.screen, ModalScreen):
             return False
         if action == "stop_run":
-            return self.running and self.engine is not None and not self._quitting and not self.engine.halted
+            return self.running and self.engine is not None and not self.engine.stop_requested
         if action == "commit_best":
             return self.engine is not None
         return True
