@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import termios
 import threading
 import time
 from types import FrameType
@@ -59,15 +60,19 @@ class Terminal:
         self.fds = [fd for fd in (0, 1, 2) if _isatty(fd)]
 
     def gone(self) -> None:
-        if not self.fds:
+        """After SIGHUP: the streams whose terminal was hung up now write to /dev/null. A SIGHUP
+        sent with the terminal still there (``kill -HUP``) leaves them be, so that what the run
+        says about its end is still read."""
+        hung_up = [fd for fd in self.fds if _hung_up(fd)]
+        if not hung_up:
             return
         null = os.open(os.devnull, os.O_RDWR)
         try:
-            for fd in self.fds:
+            for fd in hung_up:
                 os.dup2(null, fd)
         finally:
             os.close(null)
-        self.fds = []
+        self.fds = [fd for fd in self.fds if fd not in hung_up]
 
 
 def _isatty(fd: int) -> bool:
@@ -75,6 +80,16 @@ def _isatty(fd: int) -> bool:
         return os.isatty(fd)
     except OSError:
         return False
+
+
+def _hung_up(fd: int) -> bool:
+    # A hung-up terminal answers every request with EIO (the kernel swaps its file operations
+    # before it sends SIGHUP).
+    try:
+        termios.tcgetattr(fd)
+        return False
+    except termios.error:
+        return True
 
 
 class Deadline:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from textual.widgets import DataTable, OptionList
+from textual.widgets import Collapsible, DataTable, OptionList
 from textual.widgets._toast import Toast
 
 from kevin_agent.events import (
@@ -187,14 +187,23 @@ async def test_a_long_message_goes_to_the_feedback_pane_and_stays_there(tmp_path
         assert toast.region.height <= 4  # its title and one line: a pointer, not the text
         feedback = screen.query_one(FeedbackView)
         assert not overlaps(toast.region, feedback.region)
-        messages = screen.query_one("#feedback-messages")
-        assert messages.display and messages.region.y <= feedback.region.y + 1
-        assert all(note in messages.plain for note in notes)
-        # It stays while turns are selected, and after the toast is gone.
+        box = screen.query_one("#feedback-messages-box", Collapsible)
+        assert box.display and box.region.y <= feedback.region.y + 1 and box.title == "1 message: delivery"
+        assert all(note in screen.query_one("#feedback-messages").plain for note in notes)
+        # What went well waits folded, in one line; a warning opens it, and shows it whole.
+        assert box.collapsed and "speedup:" in "".join(screen_lines(app))
+        app.notify("\n".join(notes[:1] + ["not committed: the commit was refused by a hook"] * 3),
+                   title="delivery", severity="warning", markup=False)
+        await pilot.pause()
+        assert not box.collapsed and box.title == "2 messages: delivery"
+        drawn = "\n".join(line[feedback.region.x:feedback.region.right] for line in screen_lines(app))
+        assert "the commit was" in drawn
+        # Reading turns folds it again; it stays, after the toast is gone.
         screen.query_one(TurnList).focus()
         await pilot.press("up")
         app.clear_notifications()
         await pilot.pause()
+        assert box.collapsed and box.display
         assert "not committed: --no-commit" in screen.query_one("#feedback-messages").plain
 
 

@@ -329,6 +329,7 @@ class RunScreen(Screen):
             self.pinned = key
         else:
             self.pinned, self.follow = None, key[0]
+        self.query_one(FeedbackView).fold_messages()
         self._show_selected()
         self.refresh_bindings()  # `b` is offered for a selected finished turn
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.widgets import Static
+from textual.widgets import Collapsible, Static
 
 from ...results import Confirmed, TurnRecord
 from ...formatting import fmt_clock, fmt_seconds
@@ -49,13 +49,16 @@ MESSAGES_KEPT = 4
 
 class FeedbackView(VerticalScroll):
     """A turn's feedback, with the run's latest messages above it (what a delivery did, what a
-    confirmation found, why the run failed): text too long for a notification."""
+    confirmation found, why the run failed): text too long for a notification. The messages
+    fold into one line while the person reads turns; a warning or an error opens them."""
 
     DEFAULT_CSS = """
     FeedbackView { height: 1fr; }
     FeedbackView > Static { width: 1fr; }
-    FeedbackView > #feedback-messages { display: none; border-bottom: solid $primary 40%; }
-    FeedbackView > #feedback-messages.-shown { display: block; }
+    FeedbackView > #feedback-messages-box { display: none; padding: 0; border-top: none;
+                                            border-bottom: solid $primary 40%; }
+    FeedbackView > #feedback-messages-box.-shown { display: block; }
+    FeedbackView #feedback-messages-box > Contents { padding: 0 0 0 1; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -65,7 +68,8 @@ class FeedbackView(VerticalScroll):
         """(title, text, severity), oldest first."""
 
     def compose(self) -> ComposeResult:
-        yield Rows(id="feedback-messages", label_width=0)  # each title heads its text
+        with Collapsible(title="messages", collapsed=True, id="feedback-messages-box"):
+            yield Rows(id="feedback-messages", label_width=0)  # each title heads its text
         yield Static(Content.styled("no finished turn yet", "$text-muted"), id="feedback-text")
 
     def on_mount(self) -> None:
@@ -76,10 +80,18 @@ class FeedbackView(VerticalScroll):
         tones = {"warning": "$text-warning", "error": "$text-error"}
         rows = [(Content.styled(t or "kevin-opt", "bold " + tones.get(sev, "$text-primary")), Content(body))
                 for t, body, sev in reversed(self.messages)]  # the latest first
-        box = self.query_one("#feedback-messages", Rows)
-        box.set_rows(rows)
+        self.query_one("#feedback-messages", Rows).set_rows(rows)
+        box = self.query_one("#feedback-messages-box", Collapsible)
+        count = "1 message" if len(self.messages) == 1 else f"{len(self.messages)} messages"
+        box.title = f"{count}: " + ", ".join(dict.fromkeys(t or "kevin-opt" for t, _, _ in reversed(self.messages)))
         box.set_class(True, "-shown")
+        if severity in ("warning", "error"):
+            box.collapsed = False
         self.scroll_home(animate=False)
+
+    def fold_messages(self) -> None:
+        """The person reads turns now: the messages take one line."""
+        self.query_one("#feedback-messages-box", Collapsible).collapsed = True
 
     def show(self, record: TurnRecord | None, placeholder: str = "no finished turn yet", *,
              confirmed: Confirmed | None = None) -> None:
