@@ -99,7 +99,7 @@ def _say_refusals_ahead(task: Task, config: RunConfig, evaluator, sink: EventSin
 
     for text in refusals_ahead(task, config, device=config.device, device_name=evaluator.device_name,
                                replace=replace):
-        sink.emit(Notice(level="warning", message=f"delivery: {text}"))
+        sink.emit(Notice(level="warning", topic="delivery", message=text))
 
 
 def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None,

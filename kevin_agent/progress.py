@@ -148,7 +148,7 @@ class ProgressPrinter:
             best = f"  · {best_so_far(event.best)}" if event.best else ""
             self._out(f"{self._where(rec.trajectory, rec.turn)} {turn_line(rec)}{best}")
         elif isinstance(event, ev.Notice):
-            self._out(f"kevin-opt: {event.level}: {event.message}")
+            self._out(f"kevin-opt: {event.level}: {event.text()}")
         elif isinstance(event, ev.ConfirmationStarted):
             kernels = ", ".join(f"t{k.trajectory} turn {k.turn} {fmt_speedup(k.speedup)}" for k in event.kernels)
             one = len(event.kernels) == 1

@@ -183,7 +183,7 @@ async def test_a_long_message_goes_to_the_feedback_pane_and_stays_there(tmp_path
         toast = screen.query_one(Toast)
         assert all(n.timeout <= 6 for n in app._notifications)  # gone in seconds
         (pointer,) = [n.message for n in app._notifications]
-        assert len(pointer.splitlines()) == 1 and pointer.endswith("(more in the feedback pane)")
+        assert len(pointer.splitlines()) == 1 and "more in the feedback pane" in pointer
         assert toast.region.height <= 4  # its title and one line: a pointer, not the text
         feedback = screen.query_one(FeedbackView)
         assert not overlaps(toast.region, feedback.region)

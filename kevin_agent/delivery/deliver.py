@@ -20,7 +20,7 @@ from ..kernel_module import render_kernel_module
 from ..report import ReportPaths, write_report_files
 from ..results import RunInfo, TurnRecord
 from ..task import Task
-from .plan import DeliveryPlan
+from .plan import DeliveryPlan, extensions
 
 __all__ = ["Delivery", "deliver"]
 
@@ -117,7 +117,8 @@ def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Turn
     plan.kernel_path.write_text(render_kernel_module(task, best, info, stem=plan.kernel_path.stem), encoding="utf-8")
     write_report_files(info, records, plan.report)
     delivery = Delivery(plan=plan, outcome="written", written=plan.paths)
-    delivery.notes.append("wrote " + ", ".join(map(str, plan.paths)))
+    report = extensions([plan.shown(p) for p in plan.paths[1:]])
+    delivery.notes.append(f"wrote {plan.shown(plan.kernel_path)} and {report}")
     if plan.replaces is not None:
         delivery.notes.append(f"replaced {plan.kernel_path.name}, which claimed {plan.replaces.describe()}")
     if plan.flagged is not None:

@@ -146,7 +146,7 @@ class DeliveryPlan(BaseModel):
         report = self.paths[1:]
         for i, fate in enumerate(dict.fromkeys(self._fate(p) for p in report)):
             alike = [self.shown(p) for p in report if self._fate(p) == fate]
-            lines.append(("report" if i == 0 else "", f"{_extensions(alike)}: {fate}"))
+            lines.append(("report" if i == 0 else "", f"{extensions(alike)}: {fate}"))
         lines.append(("commit", self.commit_line()))
         if self.commit:
             lines.append(("message", self.message.strip().splitlines()[0]))
@@ -169,7 +169,7 @@ _STATE_WORDS = {"new": "new", "clean": "replaces what is committed",
                 "untracked": "exists, untracked", "outside": "exists, in no git repository"}
 
 
-def _extensions(paths: Sequence[str]) -> str:
+def extensions(paths: Sequence[str]) -> str:
     """``a/x_report.md, .json, .png``: files that differ only in their extension, named once."""
     stem = paths[0].rsplit(".", 1)[0]
     if all(p.rsplit(".", 1)[0] == stem for p in paths):

@@ -266,7 +266,7 @@ class KevinApp(App[int]):
         notice = message.event
         self.run_screen.apply(notice)
         severity = {"info": "information"}.get(notice.level, notice.level)
-        self.notify(notice.message, severity=severity, timeout=8, markup=False)
+        self.notify(notice.message, title=notice.topic, severity=severity, timeout=8, markup=False)
 
     def on_tokens_ready(self, message: TokensReady) -> None:
         chunks = self.sink.drain()

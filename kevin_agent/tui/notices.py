@@ -8,6 +8,7 @@ screen's feedback pane, where they stay to be read, and a one-line toast says so
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ class Notices:
         self._app = app
         self._toast = toast
         self._held: list[dict[str, Any]] = []
+        self._pointed: dict[str, float] = {}
+        """When a toast last pointed to the feedback pane, by title."""
 
     def notify(self, message: str, *, title: str, severity: str, timeout: float | None, markup: bool) -> None:
         app = self._app
@@ -39,9 +42,14 @@ class Notices:
         text = toast_text(message, room) if not markup else message
         if len(text.splitlines()) > TOAST_LINES and app.has_run and app.run_screen.is_mounted:
             app.run_screen.add_message(title, message, severity)
+            now = time.monotonic()
+            if self._pointed.get(title, -TOAST_S) > now - TOAST_S:
+                return  # a pointer to the same pane is showing already
+            self._pointed[title] = now
             first = next((line for line in message.splitlines() if line.strip()), "")
             width = toast_width(room) - len(POINTER)
-            text = cut_words(short_paths(first), max(width, 10)) + POINTER
+            # Its first words where they say something, else only where to read it.
+            text = cut_words(short_paths(first), width) + POINTER if width >= 30 else POINTER.strip(" ()")
             markup = False
         toast = dict(message=text, title=title, severity=severity, timeout=min(timeout or TOAST_S, TOAST_S),
                      markup=markup)

@@ -97,8 +97,15 @@ NAVIGATION = [
 KEY_COLUMN = 10
 
 
+def _works_now(node, binding: Binding, app) -> bool:
+    target, action = (app, binding.action[4:]) if binding.action.startswith("app.") else (node, binding.action)
+    name = action.split("(", 1)[0]
+    return target.check_action(name, ()) is not False
+
+
 def key_rows(underneath: Screen, app) -> list[Row]:
-    """Every key of the screen underneath and of the app, once each, with what it does."""
+    """Every key of the screen underneath and of the app, once each, with what it does; the
+    ones that do nothing right now are dimmed."""
     rows: list[Row] = []
     seen: set[str] = set()
     for node in (underneath, app):
@@ -107,7 +114,10 @@ def key_rows(underneath: Screen, app) -> list[Row]:
                 continue
             seen.add(binding.description)
             keys = ", ".join(app.get_key_display(Binding(k, "")) for k in binding.key.split(","))
-            rows.append((Content.styled(keys, "bold $text-accent"), binding.tooltip or binding.description))
+            now = _works_now(node, binding, app) or node is app  # the app's keys: under this help
+            style = "bold $text-accent" if now else "$text-muted"
+            rows.append((Content.styled(keys, style), Content.styled(binding.tooltip or binding.description,
+                                                                    "" if now else "$text-muted")))
     rows += [(Content.styled(keys, "bold $text-accent"), what) for keys, what in NAVIGATION]
     return rows
 
@@ -125,6 +135,7 @@ class HelpScreen(Dialog):
         with Vertical(id="dialog") as box:
             box.border_title = "keys"
             with VerticalScroll(id="dialog-body"):
+                yield Static(Content.styled("dimmed: does nothing right now", "$text-muted"))
                 yield Rows(key_rows(self._underneath, self.app), label_width=KEY_COLUMN, right=True, id="help-keys")
                 yield Static(Content.styled("\nmarks", "bold $text-primary"))
                 yield Rows(legend_rows(), id="help-legend")
