@@ -337,7 +337,9 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
 @pytest.mark.slow
 async def test_cancel_stop_quit_question_and_resume(tmp_path):
     # The cancelled generation uses up a response of the script, as it would use up a model's time.
-    repo = make_project(tmp_path / "proj", [RESPONSES[0], *RESPONSES])
+    # It streams for half a minute, so that the keys below come while it does on a busy machine too.
+    long = {**RESPONSES[0], "reasoning": "The op is an affine map. " * 600}
+    repo = make_project(tmp_path / "proj", [long, *RESPONSES])
     config = config_for(repo)
     registry = build_registry()
     # Stream slowly, so that there is a generation to cancel.
