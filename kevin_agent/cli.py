@@ -18,11 +18,14 @@ from .config import RunConfig, field_help
 from .errors import ExitCode, KevinError
 
 SUBCOMMANDS = {"run", "check", "history", "show", "resume"}
+STORE_HELP = ("where the runs are stored (default: .kevin/runs at the top of the git repository that holds the "
+              "current directory, else in the current directory)")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own exit code is already 2; add a pointer to --help
-        self.print_usage(sys.stderr)
+    def error(self, message: str):
+        # What is wrong and where to read more, as git does; not the whole usage first, which
+        # pushes the one line that matters off the screen.
         self.exit(ExitCode.USAGE, f"kevin-opt: error: {message}\n  hint: see `{self.prog} --help`\n")
 
 
@@ -50,7 +53,8 @@ def _flag(group, setting: str, *names: str, help: str | None = None, **kw) -> No
     """A flag for the run setting ``setting``; unset stays None so lower layers can fill it."""
     assert setting in RunConfig.model_fields, setting
     flags = names or (f"--{setting.replace('_', '-')}",)
-    group.add_argument(*flags, dest=setting, default=None, help=help or field_help(setting), **kw)
+    text = (help or field_help(setting)).replace("%", "%%")  # argparse formats help with %
+    group.add_argument(*flags, dest=setting, default=None, help=text, **kw)
 
 
 def _choices_help(setting: str, names) -> str:
@@ -94,7 +98,8 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     o = p.add_argument_group("output")
     o.add_argument("--headless", action="store_true", help="plain progress on stderr, no terminal UI")
     o.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write a JSON summary")
-    _flag(o, "commit", "--no-commit", action="store_false")
+    _flag(o, "commit", "--no-commit", action="store_false",
+          help="write the best kernel and its report next to the task, but commit nothing")
     o.add_argument("--replace", action="store_true",
                    help="overwrite target files git could not restore (untracked), and a kernel module that "
                         "claims a better speedup on this device")
@@ -103,6 +108,8 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     _flag(o, "branch", metavar="NAME")
     _flag(o, "out", type=Path, metavar="PATH")
     _flag(o, "run_dir", type=Path, metavar="DIR")
+    for name, reporter in registry.reporters.items():
+        o.add_argument(reporter.cli_option, dest=f"reporter_{name}", type=Path, metavar="PATH", help=reporter.help)
 
 
 def _add_eval_flags(group) -> None:
@@ -132,31 +139,29 @@ def build_parser(registry) -> argparse.ArgumentParser:
     _add_run_flags(run, registry)
 
     resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn")
-    resume.add_argument("run_id", metavar="RUN")
+    resume.add_argument("run_id", metavar="RUN", help="the run id, as `kevin-opt history` lists it")
     _add_run_flags(resume, registry, resume=True)
 
-    for p in (run, resume):
-        for name, reporter in registry.reporters.items():
-            p.add_argument(reporter.cli_option, dest=f"reporter_{name}", type=Path, metavar="PATH", help=reporter.help)
-
     check = sub.add_parser("check", help="check and evaluate one candidate file against a task, no model")
-    check.add_argument("reference", type=Path, metavar="REF")
-    check.add_argument("candidate", type=Path, metavar="CANDIDATE")
+    check.add_argument("reference", type=Path, metavar="REF", help="the task file with the reference module")
+    check.add_argument("candidate", type=Path, metavar="CANDIDATE",
+                       help="a Python file that defines ModelNew, or a saved response with one")
     _flag(check, "device", metavar="NAME", help=_choices_help("device", registry.devices))
     _flag(check, "class_name", "--class", metavar="NAME")
     check.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the result as JSON")
     _add_eval_flags(check)
 
     history = sub.add_parser("history", help="list runs")
-    history.add_argument("--run-dir", type=Path, metavar="DIR")
+    history.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
     history.add_argument("--plain", action="store_true", help="print a table even on a terminal")
     history.add_argument("--json", dest="json_out", action="store_true", help="print the list as JSON")
 
     show = sub.add_parser("show", help="show a run, or one turn of it")
-    show.add_argument("run_id", metavar="RUN")
-    show.add_argument("--turn", type=_positive_int, metavar="N")
-    show.add_argument("--trajectory", type=int, default=0, metavar="T")
-    show.add_argument("--run-dir", type=Path, metavar="DIR")
+    show.add_argument("run_id", metavar="RUN", help="the run id, as `kevin-opt history` lists it")
+    show.add_argument("--turn", type=_positive_int, metavar="N", help="show this turn in full")
+    show.add_argument("--trajectory", type=int, default=0, metavar="T",
+                      help="the trajectory of --turn (default 0)")
+    show.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
     show.add_argument("--prompt", action="store_true", help="also print the prompt")
     show.add_argument("--response", action="store_true", help="also print the full response")
     return parser

@@ -10,8 +10,9 @@ from typing import Any
 from .config import RunConfig, load_config
 from .console import interactive, write_json
 from .errors import ExitCode, KevinError, UsageError
+from .confirmation import best_of_run, confirmed_turns
 from .formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
-                         fmt_speedup, stage_times)
+                         fmt_speedup, marked_speedup, second_look, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
 from .registry import Registry
 from .results import Status
@@ -51,13 +52,13 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
         overrides = config_overrides(args)
 
         def start(sink):
-            return launch.resume_run(store, sink, overrides=overrides, registry=registry)
+            return launch.resume_run(store, sink, overrides=overrides, registry=registry, replace=args.replace)
         run_id, runs_root = store.info.run_id, store.dir.parent
     else:
         config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
 
         def start(sink):
-            return launch.start_run(config, args.file, sink, registry=registry)
+            return launch.start_run(config, args.file, sink, registry=registry, replace=args.replace)
         run_id = None
         runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
     if interactive(args):
@@ -76,9 +77,10 @@ def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: s
     from .interrupts import HeadlessSignals, kill_run_processes
 
     ending = Ending(run_id=run_id)
-    with HeadlessSignals() as signals:
+    printer = ProgressPrinter()
+    with HeadlessSignals() as signals, printer.ticking():
         try:
-            engine = start(ProgressPrinter())
+            engine = start(printer)
         except KeyboardInterrupt as exc:
             ending.signum = getattr(exc, "signum", signal.SIGINT)
             return close(ending, outputs, registry)
@@ -204,20 +206,21 @@ def cmd_history(args, registry: Registry) -> int:
 
         print(json.dumps([
             {"run_id": i.run_id, "task": i.task.name, "created_at": i.created_at, "status": i.status,
-             "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None, "commit": i.commit,
-             "delivery": i.delivery}
+             "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None,
+             "best_confirmed": bool(i.best and i.best.confirmation), "commit": i.commit, "delivery": i.delivery}
             for i, r in runs
         ], indent=2))
         return ExitCode.OK
     if not runs:
         print(f"no runs in {root}")
         return ExitCode.OK
-    print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':>7}  DELIVERY")
+    # BEST holds confirmed medians and turns' own numbers: each value says which it is.
+    print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':<17}  DELIVERY")
     for info, records in runs:
         total = info.turns * info.trajectories
+        best = marked_speedup(*best_of_run(info, records))
         print(f"{info.run_id:<40} {info.task.name[:16]:<16} {info.created_at[:19]:<20} {info.status:<14} "
-              f"{len(records):>3}/{total:<3} {fmt_speedup(info.best.speedup if info.best else None):>7}  "
-              f"{info.delivery or '-'}")
+              f"{len(records):>3}/{total:<3} {best:<17}  {info.delivery or '-'}")
     return ExitCode.OK
 
 
@@ -230,10 +233,13 @@ def cmd_show(args) -> int:
         print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
         search = info.config.get("search", "independent")
         print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns, {search} search")
+        confirmed = confirmed_turns(info, records)
         # In the order they happened within each trajectory, cancelled generations included.
         for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):
             origin = f" (from t{prev[0]} turn {prev[1]})" if (prev := rec.previous()) and prev[0] != rec.trajectory else ""
-            print(f"  [t{rec.trajectory} turn {rec.turn}]{origin} {turn_line(rec)}")
+            second = confirmed.get((rec.trajectory, rec.turn)) if rec.finished else None
+            print(f"  [t{rec.trajectory} turn {rec.turn}]{origin} {turn_line(rec)}"
+                  + (f"  -> {second_look(second)}" if second is not None else ""))
         winner = (info.best.trajectory, info.best.turn) if info.best else None
         if info.trajectories > 1 or any(r.parent_trajectory is not None for r in records):
             print("\ntrajectories (which turn continued which; * marks the winner's path):")
@@ -255,8 +261,11 @@ def cmd_show(args) -> int:
     print(f"run {info.run_id}  trajectory {rec.trajectory}  turn {rec.turn}  status {rec.status.value}")
     if (prev := rec.previous()) is not None and prev[0] != rec.trajectory:
         print(f"continued trajectory {prev[0]} after its turn {prev[1]}")
+    second = confirmed_turns(info, records).get((rec.trajectory, rec.turn))
     if rec.speedup is not None:
-        print(f"speedup {fmt_speedup(rec.speedup)}")
+        print(f"speedup {fmt_speedup(rec.speedup)} (this turn's own measurement)")
+    if second is not None:
+        print(second_look(second))
     if times := stage_times(rec):
         print("time " + " · ".join(f"{name} {fmt_seconds(s)}" for name, s in times))
     if rec.status is not Status.CORRECT and not (rec.check and not rec.check.passed):

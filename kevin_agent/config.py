@@ -212,7 +212,7 @@ class RunConfig(EvalOptions, BaseSettings):
     cuda_graphs: bool = True
     """vLLM: torch.compile and CUDA graphs, vLLM's default (off: faster start, slower generation)."""
     speculative: Literal["off", "ngram"] = "off"
-    """vLLM: speculative decoding; ngram drafts the tokens that followed the last few ones earlier on.
+    """vLLM: speculative decoding; ngram drafts the tokens that followed the last few generated ones in the prompt.
     Prompt lookup pays when an answer repeats earlier code; its acceptance on Kevin is unmeasured."""
     eval_gpu: int | None = Field(None, ge=0)
     """GPU for checking and timing kernels (default: one the model does not use, else the model's).
@@ -227,7 +227,8 @@ class RunConfig(EvalOptions, BaseSettings):
     class_name: str = "Model"
     """The reference class in the task file."""
     run_dir: Path | None = None
-    """Where runs are stored (default .kevin/runs in the git repository, else the cwd)."""
+    """Where runs are stored (default: .kevin/runs at the top of the git repository that holds the task,
+    else beside the task)."""
     commit: bool = True
     """Commit the best verified kernel and its report (--no-commit writes them only)."""
     branch: str | None = None
@@ -258,10 +259,24 @@ class RunConfig(EvalOptions, BaseSettings):
         return data
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of a docstring, however many lines it spans: up to the first full stop
+    outside parentheses that ends a word (not one inside "e.g." or a version number)."""
+    flat = " ".join(text.split())
+    depth = 0
+    for i, char in enumerate(flat):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "." and depth == 0 and (i + 1 == len(flat) or flat[i + 1] == " "):
+            word = flat[:i + 1].rsplit(" ", 1)[-1]
+            if word.lower() not in ("e.g.", "i.e.", "etc."):
+                return flat[:i + 1]
+    return flat
+
+
 def field_help(name: str) -> str:
-    """A setting's docstring with its default, for `--help`."""
+    """A setting's docstring with its default, for `--help`: its whole first sentence."""
     info = RunConfig.model_fields[name]
-    text = (info.description or "").split("\n")[0].strip().rstrip(".")
+    text = first_sentence(info.description or "").rstrip(".")
     default = info.get_default(call_default_factory=True)
     if not (default is None or isinstance(default, bool) or default == "") and "default" not in text:
         text += f" (default {default})"

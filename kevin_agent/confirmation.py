@@ -113,3 +113,21 @@ def winner(info: RunInfo, records: Sequence[TurnRecord]) -> Winner | None:
     rec = next(r for r in records if (r.trajectory, r.turn) == (best.trajectory, best.turn))
     return Winner(rec, best)
 
+
+
+def confirmed_turns(info: RunInfo, records: Sequence[TurnRecord]) -> dict[tuple[int, int], Confirmed]:
+    """The second look each turn got, by (trajectory, turn): the run's confirmation where it is of
+    the run's best kernels as they stand (empty otherwise)."""
+    confirmation = current(info, records)
+    return {} if confirmation is None else {(k.trajectory, k.turn): k for k in confirmation.kernels}
+
+
+def best_of_run(info: RunInfo, records: Sequence[TurnRecord]) -> tuple[float | None, bool]:
+    """The run's best speedup and whether it is confirmed: the confirmed winner's median, or else
+    the best turn's own number."""
+    best = winner(info, records)
+    if best is not None:
+        return best.speedup, best.confirmed is not None
+    if info.best is not None:  # a run stored before its turns could say (or of other kernels)
+        return info.best.speedup, info.best.confirmation is not None
+    return None, False

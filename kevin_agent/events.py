@@ -91,6 +91,11 @@ class Notice(BaseModel):
     kind: Literal["notice"] = "notice"
     level: Literal["info", "warning", "error"] = "info"
     message: str
+    topic: str = ""
+    """What the notice is about (``delivery``), said before it; empty: the run itself."""
+
+    def text(self) -> str:
+        return f"{self.topic}: {self.message}" if self.topic else self.message
 
 
 class Candidate(BaseModel):

@@ -13,8 +13,12 @@ same signals through its event loop (``tui.app``).
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import termios
 import threading
+import time
 from types import FrameType
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -44,6 +48,86 @@ def kill_run_processes() -> None:
     kill_all_workers()
 
 
+class Terminal:
+    """The standard streams that were a terminal when the run began.
+
+    After SIGHUP that terminal is gone: a write to it fails, or blocks for good once nobody reads
+    it, and a thread that writes for the process (the TUI's output thread) dies or hangs. So on a
+    hangup those streams are pointed at /dev/null: whatever is still said goes nowhere, and the
+    run ends as it would on any other signal."""
+
+    def __init__(self) -> None:
+        self.fds = [fd for fd in (0, 1, 2) if _isatty(fd)]
+
+    def gone(self) -> None:
+        """After SIGHUP: the streams whose terminal was hung up now write to /dev/null. A SIGHUP
+        sent with the terminal still there (``kill -HUP``) leaves them be, so that what the run
+        says about its end is still read."""
+        hung_up = [fd for fd in self.fds if _hung_up(fd)]
+        if not hung_up:
+            return
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for fd in hung_up:
+                os.dup2(null, fd)
+        finally:
+            os.close(null)
+        self.fds = [fd for fd in self.fds if fd not in hung_up]
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _hung_up(fd: int) -> bool:
+    # A hung-up terminal answers every request with EIO (the kernel swaps its file operations
+    # before it sends SIGHUP).
+    try:
+        termios.tcgetattr(fd)
+        return False
+    except termios.error:
+        return True
+
+
+class Deadline:
+    """Ends the process at a deadline unless cancelled first: the last resort when what should
+    end it (the event loop, a thread) is stuck. The run's state is on disk by then (turns are
+    appended as they end), and a dead owner holds no lock, so the run shows as interrupted."""
+
+    def __init__(self) -> None:
+        self._cancelled = threading.Event()
+        self._due: float | None = None
+        self._lock = threading.Lock()
+
+    def arm(self, seconds: float, code: int) -> None:
+        """Exit with ``code`` in ``seconds`` (an earlier deadline already armed stands)."""
+        with self._lock:
+            due = time.monotonic() + seconds
+            if self._due is not None and self._due <= due:
+                return
+            self._due = due
+        threading.Thread(target=self._wait, args=(due, code), name="kevin-deadline", daemon=True).start()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def _wait(self, due: float, code: int) -> None:
+        if self._cancelled.wait(max(0.0, due - time.monotonic())):
+            return
+        with self._lock:
+            if self._due != due:
+                return  # an earlier deadline took over
+        kill_run_processes()
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+
+
 class HeadlessSignals:
     """The signal handlers of a headless run, installed for the ``with`` block.
 
@@ -55,6 +139,7 @@ class HeadlessSignals:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._terminal = Terminal()
         self._engine = None
         self._finishing = False
         self._previous: dict[int, object] = {}
@@ -75,6 +160,8 @@ class HeadlessSignals:
         self._engine, self._finishing = None, True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._terminal.gone()  # the progress lines would fail on it
         first = self.signum is None
         if first:
             self.signum = signum

@@ -56,10 +56,18 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
         task.probe = evaluator.probe()
         if on_probed is not None:
             on_probed(evaluator)
-        return evaluator, registry.make_backend(config, skip=skip)
+        backend = registry.make_backend(config, skip=skip)
     except BaseException:
         evaluator.close()
         raise
+    try:
+        if (check := getattr(backend, "check", None)) is not None:
+            check()
+    except BaseException:
+        evaluator.close()
+        backend.close()
+        raise
+    return evaluator, backend
 
 
 def _keep_out_of_git(runs_root: Path) -> None:
@@ -75,7 +83,19 @@ def _keep_out_of_git(runs_root: Path) -> None:
         repo.close()
 
 
-def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None) -> Engine:
+def _say_refusals_ahead(task: Task, config: RunConfig, evaluator, sink: EventSink, replace: bool) -> None:
+    """What the delivery at the end would refuse, said before the first turn."""
+    from .delivery import refusals_ahead
+
+    for text in refusals_ahead(task, config, device=config.device, device_name=evaluator.device_name,
+                               replace=replace):
+        sink.emit(Notice(level="warning", topic="delivery", message=text))
+
+
+def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None,
+              replace: bool = False) -> Engine:
+    """A new run, ready to go. ``replace``: --replace was given (the delivery may overwrite what
+    git could not restore)."""
     registry = registry or build_registry()
     # A mistyped name fails before anything is loaded.
     registry.backend_factory(config.backend)
@@ -86,6 +106,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
     config = config.model_copy(update={"device": resolve_device(config)})
     settings, overlaps, layout = _placement(config)
     evaluator, backend = _probe_and_connect(registry, task, config, settings)
+    _say_refusals_ahead(task, config, evaluator, sink, replace)
     config, note = _settle_trajectories(config, backend)
     if layout:
         note = f"{layout}; {note}"
@@ -144,19 +165,19 @@ def take_run(run_id: str, runs_root: Path | None = None) -> RunStore:
 
 
 def resume_run(run: str | RunStore, sink: EventSink, *, runs_root: Path | None = None,
-               overrides: dict | None = None, registry: Registry | None = None) -> Engine:
+               overrides: dict | None = None, registry: Registry | None = None, replace: bool = False) -> Engine:
     """Continue a stored run (a run id, or a store ``take_run`` gave). If it cannot be
     continued, the run is given up again."""
     registry = registry or build_registry()
     store = run if isinstance(run, RunStore) else take_run(run, runs_root)
     try:
-        return _resume(store, sink, overrides, registry)
+        return _resume(store, sink, overrides, registry, replace)
     except BaseException:
         store.release()
         raise
 
 
-def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: Registry) -> Engine:
+def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: Registry, replace: bool) -> Engine:
     info = store.info
     saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
     config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})
@@ -180,5 +201,6 @@ def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: 
     settings, overlaps, _ = _placement(config)
     evaluator, backend = _probe_and_connect(registry, task, config, settings, skip=len(store.all_records()),
                                             on_probed=warn_if_moved)
+    _say_refusals_ahead(task, config, evaluator, sink, replace)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
                   check=registry.check, search=registry.make_search(config), overlap_generation=overlaps)

@@ -37,9 +37,33 @@ def path_to(records: Sequence[TurnRecord], key: Key | None) -> list[TurnRecord]:
     return path[::-1]
 
 
+ARROW = " -> "
+
+
 def tree_lines(records: Sequence[TurnRecord], winner: Key | None = None,
                label: Callable[[TurnRecord], str] = outcome) -> list[str]:
     """The trajectories as text lines; turns on the winner's path carry a ``*``."""
+    return [head + ARROW.join(cells) for head, cells in tree_chains(records, winner, label)]
+
+
+def wrap_chain(head: str, cells: Sequence[str], width: int) -> list[str]:
+    """One chain in lines of at most ``width`` characters, broken between turns only; the lines
+    after the first start under the first turn, with the arrow."""
+    indent = " " * len(head)
+    lines, line = [], head + (cells[0] if cells else "")
+    for cell in cells[1:]:
+        if len(line) + len(ARROW) + len(cell) > width and line.strip():
+            lines.append(line)
+            line = indent + ARROW.lstrip() + cell
+        else:
+            line += ARROW + cell
+    return [*lines, line]
+
+
+def tree_chains(records: Sequence[TurnRecord], winner: Key | None = None,
+                label: Callable[[TurnRecord], str] = outcome) -> list[tuple[str, list[str]]]:
+    """The trajectories as chains: each a head (indent, trajectory, where it came from) and its
+    turns' cells, ``2:compile error*``."""
     finished = [r for r in records if r.finished]
     keys = {(r.trajectory, r.turn) for r in finished}
     children: dict[Key | None, list[TurnRecord]] = {}
@@ -47,7 +71,7 @@ def tree_lines(records: Sequence[TurnRecord], winner: Key | None = None,
         parent = rec.previous()
         children.setdefault(parent if parent in keys else None, []).append(rec)
     on_path = {(r.trajectory, r.turn) for r in path_to(finished, winner)}
-    lines: list[str] = []
+    lines: list[tuple[str, list[str]]] = []
 
     def cell(rec: TurnRecord) -> str:
         star = "*" if (rec.trajectory, rec.turn) in on_path else ""
@@ -64,7 +88,7 @@ def tree_lines(records: Sequence[TurnRecord], winner: Key | None = None,
             forks += [(rec, k) for k in same[1:]]
             rec = same[0]
             cells.append(cell(rec))
-        lines.append(f"{indent}t{start.trajectory}{origin}  " + " -> ".join(cells))
+        lines.append((f"{indent}t{start.trajectory}{origin}  ", cells))
         for parent, kid in forks:
             chain(kid, indent + "  ", f" (from t{parent.trajectory} turn {parent.turn})")
 

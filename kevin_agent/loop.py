@@ -15,7 +15,9 @@ it and is not flagged; an interrupted run is not confirmed (it is confirmed when
 
 Steering, from any thread: ``request_stop`` ends the run after the current turn;
 ``cancel_generation`` cancels the generation in flight (those turns are recorded as cancelled,
-never shown to the model, and generated again); ``abort`` ends the run now (a signal): the
+never shown to the model, and generated again); ``halt`` ends the run once the evaluations in
+flight are done (the person quits): the generation in flight is cancelled, no candidate is
+submitted and nothing is confirmed after it; ``abort`` ends the run now (a signal): the
 generation is aborted, every worker is killed, and turns in flight are not recorded, so
 ``resume`` does them again.
 """
@@ -83,6 +85,7 @@ class Engine:
         self._stop = threading.Event()
         self._cancel = threading.Event()
         self._abort = threading.Event()
+        self._halt = threading.Event()
         self._generating = threading.Event()
         self._reports_done = bool(getattr(backend, "calls_on_done", False))
         self._branches: list[tuple[int, int]] = []
@@ -97,6 +100,11 @@ class Engine:
         self._stop.set()
 
     @property
+    def stop_requested(self) -> bool:
+        """The run ends after the current turn (asked for, or the person quit)."""
+        return self._stop.is_set()
+
+    @property
     def generating(self) -> bool:
         """The backend is generating right now (what ``cancel_generation`` would cancel)."""
         return self._generating.is_set()
@@ -107,6 +115,14 @@ class Engine:
             return False
         self._cancel.set()
         return True
+
+    def halt(self) -> None:
+        """End the run as soon as the evaluations in flight are done: the generation in flight is
+        cancelled, and no generation starts, no candidate is submitted and nothing is confirmed
+        after this call (resume confirms). Thread-safe."""
+        self._halt.set()
+        self._stop.set()
+        self._cancel.set()
 
     def abort(self) -> None:
         """End the run now: abort the generation, kill the evaluator's workers; turns in flight
@@ -163,7 +179,7 @@ class Engine:
             stored = self.store.info.confirmation
             if stored is not None and stored.key == key:
                 return stored
-            if self._abort.is_set() or self._closed:
+            if self._abort.is_set() or self._halt.is_set() or self._closed:
                 return None
             self.sink.emit(ev.ConfirmationStarted(kernels=[
                 ev.Candidate(trajectory=r.trajectory, turn=r.turn, speedup=r.speedup) for r in picks]))
@@ -194,6 +210,8 @@ class Engine:
                 for turn in range(1, self.config.turns + 1):
                     # A cancelled generation leaves its turn undone: it is generated again at once.
                     while todo := self._todo(turn):
+                        if self._stop.is_set():  # asked for between two batches
+                            raise StopRun("stopped")
                         self.step(turn, todo)
                         self._check_target()
                         if self._stop.is_set():
@@ -283,6 +301,9 @@ class Engine:
             with lock:
                 if drafts[i] is not None or self._abort.is_set():
                     return
+                if self._halt.is_set() and not gen.cancelled:
+                    # Finished as the person quit: nothing more is submitted; resume generates it again.
+                    gen = gen.model_copy(update={"cancelled": True})
                 gen_s = time.monotonic() - t0
                 self.sink.emit(ev.GenerationFinished(trajectory=slots[i].trajectory, turn=turn,
                                                      completion_tokens=gen.completion_tokens, seconds=gen_s,
@@ -291,7 +312,7 @@ class Engine:
                 if draft.status is None:
                     draft.future = self._submit(draft)
 
-        if not self._abort.is_set():
+        if not (self._abort.is_set() or self._halt.is_set()):
             self._cancel.clear()
         extra = {"on_done": on_done} if self._reports_done else {}
         with contextlib.nullcontext() if self.overlap_generation else self.evaluator.device_busy():

@@ -1,13 +1,24 @@
-"""Plain progress for headless runs: one line per event on stderr (tokens excepted)."""
+"""Plain progress for headless runs: one line per event on stderr (tokens excepted), and a line
+now and then for a stage that takes long, so that a build of a minute is not a minute of silence."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from . import events as ev
-from .formatting import best_words, confirmed_line, fmt_speedup
-from .results import Status, TurnRecord
+from .formatting import best_words, confirmed_line, cut_words, fmt_clock, fmt_seconds, fmt_speedup, marked_speedup
+from .results import BestKernel, Status, TurnRecord
+
+ERROR_WIDTH = 160
+"""An error's line in a progress line is cut (at a word) to this many characters."""
+LONG_STAGE_S = 15.0
+"""A stage running this long is said again, and again each time it has run twice as long."""
+TICK_S = 1.0
 
 
 def turn_line(rec: TurnRecord) -> str:
@@ -40,15 +51,25 @@ def error_line(error: str) -> str:
     """The line of an error worth a glance: a compiler's first ``error``, else the first line."""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
-    return first[:160]
+    return cut_words(first, ERROR_WIDTH)
+
+
+def best_so_far(best: BestKernel) -> str:
+    """The running best, marked as what it is (a turn's own number until the confirmation)."""
+    return f"best so far {marked_speedup(best.speedup, best.confirmation is not None)}"
 
 
 class ProgressPrinter:
-    """An ``EventSink`` that prints to a stream."""
+    """An ``EventSink`` that prints to a stream; ``ticking`` says again what takes long."""
 
-    def __init__(self, stream: TextIO | None = None, turns: int = 0) -> None:
+    def __init__(self, stream: TextIO | None = None, turns: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream or sys.stderr
         self.turns = turns
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stages: dict[tuple[int, int], tuple[str, float, float]] = {}
+        """(trajectory, turn) -> (stage, since, when it is said again)."""
 
     def _out(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -56,7 +77,52 @@ class ProgressPrinter:
     def _where(self, trajectory: int, turn: int) -> str:
         return f"[t{trajectory} turn {turn}/{self.turns}]"
 
+    # --- long stages --------------------------------------------------------------------------
+    def _enter(self, trajectory: int, turn: int, stage: str | None) -> str:
+        """Note the stage a turn entered (None: it ended); what the one it left took, when long."""
+        now = self._clock()
+        left = self._stages.pop((trajectory, turn), None)
+        if stage is not None:
+            self._stages[(trajectory, turn)] = (stage, now, now + LONG_STAGE_S)
+        if left is None or now - left[1] < LONG_STAGE_S:
+            return ""
+        return f" ({left[0]} took {fmt_seconds(now - left[1])})"
+
+    def tick(self) -> None:
+        """Say again each stage that has run long, with how long so far."""
+        with self._lock:
+            now = self._clock()
+            for (trajectory, turn), (stage, since, due) in sorted(self._stages.items()):
+                if now >= due:
+                    self._stages[(trajectory, turn)] = (stage, since, since + 2 * (now - since))
+                    self._out(f"{self._where(trajectory, turn)} {stage}, {fmt_clock(now - since)} so far")
+
+    @contextlib.contextmanager
+    def ticking(self) -> Iterator[ProgressPrinter]:
+        """``tick`` every second while the block runs."""
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(TICK_S):
+                try:
+                    self.tick()
+                except (OSError, ValueError):
+                    return  # the stream is gone
+
+        thread = threading.Thread(target=loop, name="kevin-progress", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            done.set()
+            thread.join(timeout=5)
+
+    # --- events -------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> None:
+        with self._lock:
+            self._emit(event)
+
+    def _emit(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStarted):
             self.turns = event.turns
             resumed = f", resuming after {event.resumed_turns} finished turns" if event.resumed_turns else ""
@@ -65,24 +131,30 @@ class ProgressPrinter:
                       f"{f' ({event.note})' if event.note else ''}{resumed}")
             self._out(f"kevin-opt: run directory {event.run_dir}")
         elif isinstance(event, ev.TurnStarted):
+            self._enter(event.trajectory, event.turn, "generating")
             dropped = f", {event.dropped_attempts} earliest attempts dropped to fit" if event.dropped_attempts else ""
             self._out(f"{self._where(event.trajectory, event.turn)} generating{dropped}")
         elif isinstance(event, ev.GenerationFinished):
+            self._enter(event.trajectory, event.turn, "queued")
             tokens = f"{event.completion_tokens} tokens, " if event.completion_tokens else ""
             cancelled = " (cancelled)" if event.cancelled else ""
             self._out(f"{self._where(event.trajectory, event.turn)} response: {tokens}{event.seconds:.1f} s{cancelled}")
         elif isinstance(event, ev.EvalStage):
-            self._out(f"{self._where(event.trajectory, event.turn)} {event.stage.value}")
+            took = self._enter(event.trajectory, event.turn, event.stage.value)
+            self._out(f"{self._where(event.trajectory, event.turn)} {event.stage.value}{took}")
         elif isinstance(event, ev.TurnFinished):
             rec = event.record
-            best = f"  best {fmt_speedup(event.best.speedup)}" if event.best else ""
+            self._enter(rec.trajectory, rec.turn, None)
+            best = f"  · {best_so_far(event.best)}" if event.best else ""
             self._out(f"{self._where(rec.trajectory, rec.turn)} {turn_line(rec)}{best}")
         elif isinstance(event, ev.Notice):
-            self._out(f"kevin-opt: {event.level}: {event.message}")
+            self._out(f"kevin-opt: {event.level}: {event.text()}")
         elif isinstance(event, ev.ConfirmationStarted):
             kernels = ", ".join(f"t{k.trajectory} turn {k.turn} {fmt_speedup(k.speedup)}" for k in event.kernels)
-            count = "kernel" if len(event.kernels) == 1 else f"{len(event.kernels)} kernels"
-            self._out(f"kevin-opt: confirming the best {count} ({kernels}): verified again on fresh inputs "
+            one = len(event.kernels) == 1
+            count, by = ("kernel", "its turn's own number") if one else (f"{len(event.kernels)} kernels",
+                                                                         "their turns' own numbers")
+            self._out(f"kevin-opt: confirming the best {count} ({kernels}, by {by}): verified again on fresh inputs "
                       "and timed head to head with the reference")
         elif isinstance(event, ev.ConfirmationFinished):
             for kernel in event.confirmation.kernels:
@@ -90,5 +162,11 @@ class ProgressPrinter:
             if event.best is None:
                 self._out("kevin-opt: no kernel survived the confirmation")
         elif isinstance(event, ev.RunFinished):
+            self._stages.clear()
+            if event.reason == "failed":
+                # The error that ended it is printed next, with its hint.
+                best = f"; {best_so_far(event.best)}" if event.best else ""
+                self._out(f"kevin-opt: run failed after {event.turns_done} turns{best}")
+                return
             best = f"best {best_words(event.best)}" if event.best else "no verified kernel"
             self._out(f"kevin-opt: run {event.reason} after {event.turns_done} turns: {best}")

@@ -35,7 +35,12 @@ class Generation(BaseModel):
 
 @runtime_checkable
 class Backend(Protocol):
-    """A source of model responses."""
+    """A source of model responses.
+
+    A backend may also have ``check()``, called once before a run starts and before its run
+    directory is made: it raises ``BackendError`` when the backend cannot serve the run (a server
+    that does not answer, or does not serve the model), so that the person hears the cause first.
+    """
 
     name: str
     model: str

@@ -13,7 +13,7 @@ from kevin_agent.backends.scripted import ScriptedBackend
 from kevin_agent.registry import build_registry
 from kevin_agent.backends.streaming import ThinkSplitter
 from kevin_agent.config import RunConfig
-from kevin_agent.errors import BackendError, ConfigError, EnvironmentUnavailable
+from kevin_agent.errors import BackendError, ConfigError, EnvironmentUnavailable, UsageError
 from kevin_agent.protocols import Backend
 
 
@@ -122,19 +122,20 @@ def test_scripted_running_out_names_file_and_turn(tmp_path):
 
 def test_scripted_bad_json_names_file_and_line(tmp_path):
     path = write_script(tmp_path / "r.jsonl", [{"text": "a"}], extra_lines=["", "{oops"])
-    with pytest.raises(BackendError) as info:
+    with pytest.raises(UsageError) as info:
         ScriptedBackend(path)
     assert f"{path}, line 3" in str(info.value)
+    assert info.value.exit_code == 2  # bad input, as a bad flag is
 
 
 def test_scripted_line_without_text_is_rejected(tmp_path):
     path = write_script(tmp_path / "r.jsonl", [{"text": "a"}, {"answer": "b"}])
-    with pytest.raises(BackendError, match="line 2"):
+    with pytest.raises(UsageError, match="line 2"):
         ScriptedBackend(path)
 
 
 def test_scripted_missing_file_is_clear(tmp_path):
-    with pytest.raises(BackendError, match="does not exist"):
+    with pytest.raises(UsageError, match="does not exist"):
         ScriptedBackend(tmp_path / "nope.jsonl")
 
 

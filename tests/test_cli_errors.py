@@ -32,6 +32,14 @@ def test_bad_flags_exit_2(args, needles):
     assert_clean_failure(kevin(*args), 2, *needles)
 
 
+def test_a_bad_flag_value_is_said_first_not_after_the_usage():
+    proc = kevin("run", EX, "--turns", "many")
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2
+    assert lines[0] == "kevin-opt: error: argument --turns: 'many' is not a whole number", lines
+    assert lines[1:] == ["  hint: see `kevin-opt run --help`"]
+
+
 def test_no_command_prints_help_and_exits_2():
     proc = kevin()
     assert proc.returncode == 2 and "usage: kevin-opt" in proc.stderr
@@ -84,3 +92,23 @@ def test_inputs_that_fail_to_build_exit_2(tmp_path):
     proc = kevin("run", task, "--device", "cpu", "--backend", "scripted", "--responses", tmp_path / "r.jsonl",
                  "--run-dir", tmp_path / "runs", "--headless")
     assert_clean_failure(proc, 2, str(task), "get_inputs")
+
+
+@pytest.mark.parametrize(
+    "script, needles",
+    [
+        (None, ["the response script", "does not exist", "--responses PATH"]),
+        ("this is not JSON\n", ["line 1: not valid JSON", "one JSON object"]),
+        ('["a list"]\n', ['line 1: expected an object with a "text" string']),
+        ("\n\n", ["has no responses"]),
+    ],
+    ids=["missing", "not-jsonl", "not-an-object", "empty"],
+)
+def test_a_response_script_that_cannot_be_read_is_bad_input_exit_2(tmp_path, script, needles):
+    path = tmp_path / "responses.jsonl"
+    if script is not None:
+        path.write_text(script)
+    proc = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", path,
+                 "--run-dir", tmp_path / "runs", "--headless")
+    assert_clean_failure(proc, 2, str(path), *needles)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 from .clihelp import REPO, kevin
 
@@ -57,3 +58,35 @@ def test_no_verified_kernel_exits_1_and_show_prints_the_turn(tmp_path):
     assert "check_failed" in show.stdout and "torch.softmax" in show.stdout and "## static checks" in show.stdout
     missing = kevin("show", run_id, "--turn", "7", "--run-dir", tmp_path / "runs")
     assert missing.returncode == 2 and "no turn 7" in missing.stderr
+
+
+def test_what_the_delivery_would_refuse_is_said_before_the_first_turn(tmp_path):
+    from kevin_agent.evaluate.cache import cpu_name
+
+    from .conftest import git_init
+
+    repo = git_init(tmp_path / "proj")
+    (repo / "softmax.py").write_text(EX.read_text())
+    better = (f'# kevin-opt-kernel: {{"speedup": 9.5, "device": "cpu", "device_name": {json.dumps(cpu_name())}, '
+              '"run_id": "20250101-000000-softmax-0000", "trajectory": 0, "turn": 4}\nprint("an earlier kernel")\n')
+    (repo / "softmax_kevin.py").write_text(better)
+    subprocess.run(["git", "-C", repo, "add", "softmax.py", "softmax_kevin.py"], check=True)
+    subprocess.run(["git", "-C", repo, "commit", "-qm", "a layer and its kernel"], check=True)
+    (repo / "softmax_kevin_report.md").write_text("my own notes\n")  # untracked, in the report's place
+    script = write_script(tmp_path / "r.jsonl", NO_CODE)
+    args = ("run", "softmax.py", "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "1")
+    proc = kevin(*args, cwd=repo)
+    lines = proc.stderr.splitlines()
+    first_turn = next(i for i, line in enumerate(lines) if line.startswith("[t0 turn 1/1]"))
+    ahead = [line for line in lines[:first_turn] if "delivery:" in line]
+    assert ahead == [
+        "kevin-opt: warning: delivery: softmax_kevin_report.md exists and is not tracked by git: pass --replace to "
+        "overwrite; without it the run goes on, and its kernels stay in its run directory",
+        f"kevin-opt: warning: delivery: softmax_kevin.py claims 9.50x on {cpu_name()} (run "
+        "20250101-000000-softmax-0000, turn 4): a kernel of this run replaces it only if it is faster, or with "
+        "--replace",
+    ], proc.stderr
+    assert proc.returncode == 1 and (repo / "softmax_kevin_report.md").read_text() == "my own notes\n"
+    # With --replace nothing would be refused for those, and nothing is said.
+    proc = kevin(*args, "--replace", cwd=repo)
+    assert "delivery:" not in proc.stderr, proc.stderr

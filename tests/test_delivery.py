@@ -99,7 +99,10 @@ def test_outside_a_repository(tmp_path):
     assert any("is not inside a git repository" in n for n in d.notes), d.notes
     # A second run would overwrite files nothing could restore: only with --replace.
     again = deliver_now(task, sample_records() + [correct(0, 4, 2.5)], RunConfig())
-    assert again.outcome == "refused" and "git could not restore" in again.notes[0] and "--replace" in again.notes[0]
+    assert again.outcome == "refused" and "--replace" in again.notes[0]
+    assert again.notes[0].startswith(f"not written: {task.path.parent}/my_relu_kevin.py, my_relu_kevin_report.md, "
+                                     "my_relu_kevin_report.json and my_relu_kevin_report.png exist and are in no git "
+                                     "repository"), again.notes
     assert read_claim(task.path.parent / "my_relu_kevin.py").speedup == 1.83
     assert deliver_now(task, sample_records() + [correct(0, 4, 2.5)], RunConfig(), replace=True).succeeded()
     assert read_claim(task.path.parent / "my_relu_kevin.py").speedup == 2.5
@@ -143,7 +146,14 @@ def test_an_untracked_target_is_replaced_only_when_asked(project):
     plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
     assert plan.states[scratch] == "untracked" and not plan.writable
     assert plan.question() == ("replace the existing files?", "Replace and commit")
-    assert dict(plan.describe())["needs --replace"].startswith(f"{scratch} already exist")
+    lines = plan.describe()
+    assert lines[1:4] == [("module", "layers/my_relu_kevin.py: new"),
+                          ("report", "layers/my_relu_kevin_report.md: exists, untracked: needs --replace or a yes"),
+                          ("", "layers/my_relu_kevin_report.json, .png: new")]
+    text = " ".join(t for _, t in lines)
+    assert all(text.count(f"layers/{n}") == 1 for n in ("my_relu_kevin.py", "my_relu_kevin_report.md"))
+    assert plan.why_not_written() == ("layers/my_relu_kevin_report.md exists and is not tracked by git: "
+                                      "pass --replace to overwrite")
     d = deliver(plan, task, run_info(task), sample_records())
     assert d.outcome == "refused" and scratch.read_text() == "my notes, not in git\n"
     assert not (task.path.parent / "my_relu_kevin.py").exists()
@@ -162,6 +172,10 @@ def test_a_better_kernel_is_never_replaced_silently(project):
     plan = plan_delivery(task, run_info(task), sample_records(), RunConfig())
     assert plan.replaces is not None and plan.replaces.speedup == 2.38 and not plan.writable
     assert "claims 2.38x on Test CPU 9000 (run 20250101-120000-my-relu-best, turn 4)" in plan.needs_replace[0]
+    assert plan.describe()[1:3] == [
+        ("module", "layers/my_relu_kevin.py: replaces what is committed; it claims 2.38x (run "
+                   "20250101-120000-my-relu-best, turn 4), better than this run's 1.83x: needs --replace or a yes"),
+        ("report", "layers/my_relu_kevin_report.md, .json, .png: replaces what is committed")]
     d = deliver(plan, task, run_info(task), sample_records())
     assert d.outcome == "refused" and "pass --replace" in d.notes[0]
     assert kernel.read_text() == committed and git(root, "rev-parse", "HEAD") == head

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pty
+import select
 import signal
 import struct
 import subprocess
@@ -280,26 +281,41 @@ def test_a_killed_run_shows_as_interrupted_and_has_one_owner_when_resumed(projec
     assert project.history()[0]["status"] == "interrupted"
 
 
-class Terminal:
-    """A pseudo-terminal a process runs on, as a person's terminal would be; its output is kept."""
+def _take_terminal() -> None:
+    # In the child: a session of its own whose controlling terminal is the pty on stdin, so that
+    # closing the pty hangs it up (SIGHUP), as closing a terminal window does.
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    def __init__(self, project: Project, *args: str) -> None:
+
+class Terminal:
+    """A pseudo-terminal a process runs on, as a person's terminal would be; its output is kept.
+    ``controlling``: the pty is the process's controlling terminal (``hang_up`` closes it)."""
+
+    def __init__(self, project: Project, *args: str, size: tuple[int, int] = (100, 30),
+                 controlling: bool = False, env: dict | None = None) -> None:
         master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        env = {k: v for k, v in project.env.items() if k != "CI"}
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+        env = {k: v for k, v in (env or project.env).items() if k != "CI"}
         env["TERM"] = "xterm-256color"
+        session = {"preexec_fn": _take_terminal} if controlling else {"start_new_session": True}
         self.proc = subprocess.Popen([sys.executable, "-m", "kevin_agent.cli", *args], cwd=project.root, env=env,
-                                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+                                     stdin=slave, stdout=slave, stderr=slave, **session)
         os.close(slave)
-        self._master = master
+        self._master: int | None = master
         self._chunks: list[bytes] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._closing = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(master,), daemon=True)
         self._reader.start()
 
-    def _read(self) -> None:
-        while True:
+    def _read(self, fd: int) -> None:
+        # Polled, so that hang_up can stop the reader before it closes the pty: a read blocked on
+        # the pty would keep it open.
+        while not self._closing.is_set():
+            if not select.select([fd], [], [], 0.1)[0]:
+                continue
             try:
-                chunk = os.read(self._master, 65536)
+                chunk = os.read(fd, 65536)
             except OSError:
                 break
             if not chunk:
@@ -310,10 +326,22 @@ class Terminal:
     def output(self) -> str:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
+    def send(self, keys: str) -> None:
+        os.write(self._master, keys.encode())
+
+    def hang_up(self) -> None:
+        """Close the terminal under the process, as closing its window or killing its tmux session does."""
+        self._closing.set()
+        self._reader.join(timeout=10)
+        os.close(self._master)
+        self._master = None
+
     def wait(self, timeout: float = 60) -> int:
         code = self.proc.wait(timeout=timeout)
         self._reader.join(timeout=10)
-        os.close(self._master)
+        if self._master is not None:
+            os.close(self._master)
+            self._master = None
         return code
 
 
@@ -356,7 +384,8 @@ async def question(pilot, app, what: str = "the question") -> tuple[str, str, st
     """Wait for a question to be on screen; its title, its body and its yes button."""
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#yes"), 120, what)
     screen = app.screen
-    return (screen.query_one("#dialog").border_title, str(screen.query_one("#dialog-body Static", Static).render()),
+    body = screen.query_one("#dialog-body Static", Static)
+    return (screen.query_one("#dialog").border_title, getattr(body, "plain", None) or str(body.render()),
             str(screen.query_one("#yes", Button).label))
 
 
@@ -376,7 +405,7 @@ async def test_c_under_no_commit_writes_and_never_commits(tmp_path):
         await pilot.press("c")
         title, body, yes = await question(pilot, app)
         assert (title, yes) == ("write the best kernel?", "Write (y)")
-        assert "commit: no (--no-commit)" in body and "affine_kevin.py (new file)" in body
+        assert "commit  no (--no-commit)" in body and "module  affine_kevin.py: new" in body
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
         header = text_of(app, "#run-header")

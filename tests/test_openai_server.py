@@ -237,3 +237,32 @@ def test_server_without_stream_options_still_works(server_log):
     assert out[0].text and out[0].completion_tokens is None
     bodies = [c["body"] for c in chats(server_log)]
     assert "stream_options" in bodies[0] and "stream_options" not in bodies[-1]
+
+
+# --- the command line: the server is checked before the run starts -------------------------------
+def cli_against(url: str, runs: Path):
+    from .clihelp import REPO, kevin
+
+    return kevin("run", REPO / "examples" / "rmsnorm.py", "--device", "cpu", "--backend", "openai",
+                 "--base-url", url, "--model", "Kevin-32B", "--run-dir", runs, "--headless",
+                 env={"KEVIN_RETRIES": "0"})
+
+
+def test_an_unreachable_server_is_said_before_the_run_and_makes_no_run_directory(tmp_path):
+    url = f"http://127.0.0.1:{serverproc.free_port()}/v1"
+    proc = cli_against(url, tmp_path / "runs")
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith(f"kevin-opt: error: cannot reach the OpenAI-compatible server at {url}"), lines
+    assert "vllm serve cognition-ai/Kevin-32B --max-model-len 32768 --reasoning-parser deepseek_r1" in lines[1]
+    assert "run failed" not in proc.stderr and "run directory" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_server_without_the_model_is_said_before_the_run(tmp_path):
+    with serverproc.start_sse_server("--model", "kevin-small") as server:
+        proc = cli_against(server.url, tmp_path / "runs")
+    assert proc.returncode == 3, proc.stderr
+    assert "does not serve model 'Kevin-32B'" in proc.stderr and "--model kevin-small" in proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -7,7 +7,7 @@ from kevin_agent.formatting import stage_times
 from kevin_agent.results import StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 
-from .tui_support import beam_run, build_store, correct_eval, fixed_info, fixed_records
+from .tui_support import beam_run, build_store, confirmed_run, correct_eval, fixed_info, fixed_records
 
 RUN_ID = "20250101-120000-affine-0001"
 
@@ -70,3 +70,27 @@ def test_show_run_draws_which_turn_continued_which(tmp_path, capsys):
     assert tree[2].startswith("  t1  1:")
     turn = show(capsys, RUN_ID, "--run-dir", str(root), "--turn", "2", "--trajectory", "1")
     assert "continued trajectory 0 after its turn 1" in turn
+
+
+def test_show_and_history_say_which_number_is_confirmed(tmp_path, capsys):
+    root = build_store(tmp_path / "runs")
+    run = confirmed_run(root).name
+    lines = show(capsys, run, "--run-dir", str(root)).splitlines()
+    best = next(line for line in lines if line.startswith("  [t0 turn 3]"))
+    assert best.startswith("  [t0 turn 3] correct       2.00x")
+    assert best.endswith("-> confirmed 2.70x (95% interval 2.60-2.80x, 100 rounds) head to head")
+    dropped = next(line for line in lines if line.startswith("  [t0 turn 2]"))
+    assert dropped.endswith("-> dropped on a second look: trial 2 of 5 (seed 1000001): max abs error 3.1e-01 over "
+                            "tolerance")
+    assert "  [t1 turn 3] incorrect" in "\n".join(lines) and "->" not in next(
+        line for line in lines if line.startswith("  [t1 turn 3]"))
+    assert lines[-1] == ("best 2.70x (95% interval 2.60-2.80x, 100 rounds) confirmed (trajectory 0, turn 3; "
+                         "its turn measured 2.00x)")
+    turn = show(capsys, run, "--run-dir", str(root), "--turn", "3").splitlines()
+    assert "speedup 2.00x (this turn's own measurement)" in turn
+    assert "confirmed 2.70x (95% interval 2.60-2.80x, 100 rounds) head to head" in turn
+    # The BEST column holds both kinds of number: each says which it is.
+    assert main(["history", "--plain", "--run-dir", str(root)]) == 0
+    table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert " 2.70x confirmed " in table[run]
+    assert " 2.00x unconfirmed " in table[RUN_ID]

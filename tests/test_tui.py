@@ -175,7 +175,7 @@ async def test_run_screen_from_events_selects_finished_turns(tmp_path):
         assert "5/5 trials" in feedback and "2.00x" in feedback and "eager" in feedback
         assert "pragma omp simd" in text_of(app, "#code-text")
         # Back to the live turn: the streamed reasoning shows.
-        await pilot.press("l")
+        await pilot.press("v")
         await pilot.pause(0.3)
         assert screen.pinned is None
         assert "still thinking" in str(screen.query_one("#reasoning", Static).render())
@@ -202,7 +202,7 @@ async def test_history_lists_runs_turns_and_diffs(tmp_path):
         assert table.row_count == 2
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(2)]
         assert rows[0][:2] == ["20250102-090000-affine-0002", "interrupted"]
-        assert rows[1] == ["20250101-120000-affine-0001", "completed", "6/6", "2.00x", "affine"]
+        assert rows[1] == ["20250101-120000-affine-0001", "completed", "6/6", "2.00x unconfirmed", "affine"]
         await pilot.press("down")
         assert screen.run_id == "20250101-120000-affine-0001"
         turns = screen.query_one("#history-turns", OptionList)
@@ -337,7 +337,9 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
 @pytest.mark.slow
 async def test_cancel_stop_quit_question_and_resume(tmp_path):
     # The cancelled generation uses up a response of the script, as it would use up a model's time.
-    repo = make_project(tmp_path / "proj", [RESPONSES[0], *RESPONSES])
+    # It streams for half a minute, so that the keys below come while it does on a busy machine too.
+    long = {**RESPONSES[0], "reasoning": "The op is an affine map. " * 600}
+    repo = make_project(tmp_path / "proj", [long, *RESPONSES])
     config = config_for(repo)
     registry = build_registry()
     # Stream slowly, so that there is a generation to cancel.
@@ -354,8 +356,11 @@ async def test_cancel_stop_quit_question_and_resume(tmp_path):
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
         assert isinstance(app.screen, RunScreen) and app.running
+        assert {"s", "x"} <= offered_keys(app)  # a run is going, and generating
         await pilot.press("s", "x")
         await wait_for(pilot, lambda: app.outcome is not None, what="the run to stop")
+        await pilot.pause()
+        assert "s" not in offered_keys(app)  # nothing to stop any more
         assert app.outcome.reason == "stopped"
         # The cancelled turn is kept for review but is no finished turn: resume generates it again.
         assert app.outcome.records == []

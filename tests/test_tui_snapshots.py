@@ -11,10 +11,13 @@ import pytest
 
 from kevin_agent.events import EvalOutput, EvalStage, GenerationFinished, TokenDelta, TurnStarted
 from kevin_agent.results import Stage
+from kevin_agent.results import TurnRecord
+from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import message_for
+from kevin_agent.tui.screens.dialogs import ConfirmScreen, commit_summary
 
-from .tui_support import build_store, run_events
+from .tui_support import better_module_plan, build_store, confirmed_run_events, fixed_info, fixed_records, run_events
 
 SIZES = [(80, 24), (160, 48)]
 sizes = pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -99,3 +102,62 @@ def test_history_screen(snap_compare, tmp_path, size):
 @sizes
 def test_history_diff(snap_compare, tmp_path, size):
     assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=best_turn_diff)
+
+
+async def confirmed_run(pilot) -> None:
+    """The run ended and its best kernels were confirmed: the turn list, the chart and the header
+    say which number is which."""
+    pilot.app.switch_mode("run")
+    await pilot.pause()
+    for event in confirmed_run_events():
+        pilot.app.post_message(message_for(event))
+    await pilot.pause()
+
+
+def delivery_question(root):
+    plan = better_module_plan(root)
+
+    async def ask(pilot) -> None:
+        await confirmed_run(pilot)
+        title, yes = plan.question()
+        pilot.app.push_screen(ConfirmScreen(title, commit_summary(plan), yes=yes))
+        await pilot.pause()
+
+    return ask
+
+
+async def help_screen(pilot) -> None:
+    await confirmed_run(pilot)
+    await pilot.press("question_mark")
+    await pilot.pause()
+
+
+def long_lineage_app(tmp_path) -> KevinApp:
+    """A stored run whose one chain of twelve turns is wider than any pane."""
+    root = tmp_path / "runs"
+    store = RunStore.create(root, fixed_info("20250101-120000-affine-0001", status="completed",
+                                             created_at="2025-01-01T12:00:00+00:00", turns=12))
+    first: TurnRecord = fixed_records()[0]
+    for turn in range(1, 13):
+        store.append(first.model_copy(update={"turn": turn}))
+    return KevinApp(runs_root=root)
+
+
+@sizes
+def test_run_screen_confirmed(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=confirmed_run)
+
+
+@sizes
+def test_delivery_question_with_a_better_module_there(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=delivery_question(tmp_path / "proj"))
+
+
+@sizes
+def test_help(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=help_screen)
+
+
+@sizes
+def test_history_lineage(snap_compare, tmp_path, size):
+    assert snap_compare(long_lineage_app(tmp_path), terminal_size=size, press=["enter", "l"])

@@ -9,10 +9,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kevin_agent.events import RunFinished, RunStarted, TurnFinished, TurnStarted
+from kevin_agent.events import (Candidate, ConfirmationFinished, ConfirmationStarted, RunFinished, RunStarted,
+                                 TurnFinished, TurnStarted)
 from kevin_agent.results import (
     BestKernel,
     CheckResult,
+    Confirmation,
+    Confirmed,
     EvalResult,
     RunInfo,
     Stage,
@@ -127,6 +130,28 @@ def beam_run(root: Path, run_id: str, parents: dict[tuple[int, int], int]) -> No
         store.append(rec)
 
 
+def confirmation_of_fixed_run() -> Confirmation:
+    """The confirmation of the fixed records' two verified kernels: trajectory 0's turn 3 (2.00x in
+    its turn) confirmed at 2.70x, its turn 2 (1.25x) dropped on the second look."""
+    return Confirmation(seed=1_000_000, device_name="Test CPU", key="fixed", kernels=[
+        Confirmed(trajectory=0, turn=3, kernel_path="kernels/t0_turn3.py", run_speedup=2.0, verified=True,
+                  speedup_median=2.7, ci95=[2.6, 2.8], runs=100, trials=5, trials_passed=5),
+        Confirmed(trajectory=0, turn=2, kernel_path="kernels/t0_turn2.py", run_speedup=1.25, verified=False,
+                  error="trial 2 of 5 (seed 1000001): max abs error 3.1e-01 over tolerance"),
+    ])
+
+
+def confirmed_run(root: Path, run_id: str = "20250103-120000-affine-0003") -> Path:
+    """A finished run of the fixed records whose best kernels were confirmed."""
+    confirmation = confirmation_of_fixed_run()
+    store = RunStore.create(root, fixed_info(run_id, status="completed", created_at="2025-01-03T12:00:00+00:00",
+                                             best=BestKernel.confirmed(confirmation.kernels[0])))
+    store.update_info(confirmation=confirmation)
+    for rec in fixed_records():
+        store.append(rec)
+    return store.dir
+
+
 def build_store(root: Path) -> Path:
     """A runs root with one finished run (all fixed records) and one interrupted run."""
     records = fixed_records()
@@ -158,6 +183,39 @@ def run_events(records: list[TurnRecord] | None = None) -> list:
     events.append(RunFinished(run_id="20250101-120000-affine-0001", reason="completed", best=best,
                               turns_done=len(records)))
     return events
+
+
+def confirmed_run_events() -> list:
+    """The fixed run's events, ending as a run does whose best kernels were confirmed
+    (``confirmation_of_fixed_run``)."""
+    events = run_events()
+    confirmation = confirmation_of_fixed_run()
+    best = BestKernel.confirmed(confirmation.kernels[0], Path("/runs"))
+    finished = events[-1].model_copy(update={"best": best})
+    return [*events[:-1],
+            ConfirmationStarted(kernels=[Candidate(trajectory=0, turn=3, speedup=2.0),
+                                         Candidate(trajectory=0, turn=2, speedup=1.25)]),
+            ConfirmationFinished(confirmation=confirmation, best=best), finished]
+
+
+def better_module_plan(root: Path):
+    """The delivery plan of a run (1.83x, --no-commit) in a repository where an earlier run left
+    its module and report, not tracked by git, and the module claims a better kernel (2.70x)."""
+    from kevin_agent.config import RunConfig
+    from kevin_agent.delivery import plan_delivery
+
+    from .conftest import git_init
+    from .run_records import correct, run_info, sample_records, write_task
+
+    repo = git_init(root)
+    task = write_task(repo / "layers")
+    claim = ('# kevin-opt-kernel: {"speedup": 2.7, "device": "cpu", "device_name": "Test CPU 9000", '
+             '"run_id": "20241231-090000-my-relu-0001", "trajectory": 0, "turn": 5}\n')
+    (repo / "layers" / "my_relu_kevin.py").write_text(claim + "class ModelNew: ...\n")
+    for suffix in ("md", "json", "png"):
+        (repo / "layers" / f"my_relu_kevin_report.{suffix}").write_text("an earlier run's report\n")
+    records = sample_records()[:4] + [correct(0, 3, 1.83, vs_compile=1.21)]
+    return plan_delivery(task, run_info(task), records, RunConfig(commit=False))
 
 
 # --- looking at a running app -----------------------------------------------------------------

@@ -27,8 +27,8 @@ PLACEHOLDER_KEY = "not-needed"
 CANCEL_GRACE_S = 0.5
 
 SERVE_HINT = (
-    f"start a server with: vllm serve {DEFAULT_MODEL} --dtype bfloat16 --max-model-len 32768 "
-    "--port 8000 (add --tensor-parallel-size N for N GPUs), or use --backend vllm on a GPU machine"
+    f"start a server with: vllm serve {DEFAULT_MODEL} --max-model-len 32768 --reasoning-parser deepseek_r1 "
+    "(add --tensor-parallel-size N for N GPUs), or use --backend vllm on a GPU machine"
 )
 
 
@@ -135,6 +135,10 @@ class OpenAIBackend:
             return [m.id for m in self._client.models.list()]
         except openai.NotFoundError:
             return []
+
+    def check(self) -> None:
+        """Before the run: the server answers and serves the model (``Backend`` says when)."""
+        self.check_model()
 
     def check_model(self) -> None:
         """Fail early and clearly when the server is down or does not serve ``self.model``."""

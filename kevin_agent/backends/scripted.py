@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import BackendError
+from ..errors import BackendError, UsageError
 from ..protocols import DoneCallback, Generation, TokenCallback
 from .streaming import SerialCallback, ThinkSplitter
 
@@ -115,15 +115,16 @@ def _chunks(text: str) -> list[str]:
 
 
 def _load(path: Path) -> list[dict[str, str]]:
+    """The script's responses; a script that cannot be read is bad input (exit 2), like a bad flag."""
     if not path.is_file():
-        raise BackendError(
+        raise UsageError(
             f"the response script {path} does not exist",
             'pass --responses PATH: a JSONL file with one {"text": ...} per line',
         )
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise BackendError(f"cannot read the response script {path}: {exc}") from None
+        raise UsageError(f"cannot read the response script {path}: {exc}") from None
     responses: list[dict[str, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -131,18 +132,18 @@ def _load(path: Path) -> list[dict[str, str]]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BackendError(
+            raise UsageError(
                 f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno})",
                 'each line must be one JSON object such as {"text": "..."}',
             ) from None
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-            raise BackendError(
+            raise UsageError(
                 f'{path}, line {number}: expected an object with a "text" string',
                 'each line must be one JSON object such as {"text": "..."}',
             )
         if not isinstance(item.get("reasoning", ""), str):
-            raise BackendError(f'{path}, line {number}: "reasoning" must be a string')
+            raise UsageError(f'{path}, line {number}: "reasoning" must be a string')
         responses.append({"text": item["text"], "reasoning": item.get("reasoning", "")})
     if not responses:
-        raise BackendError(f"the response script {path} has no responses", 'add {"text": ...} lines')
+        raise UsageError(f"the response script {path} has no responses", 'add {"text": ...} lines')
     return responses

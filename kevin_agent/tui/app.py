@@ -10,7 +10,6 @@ the event loop and end the run as they do headless.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import traceback
 from collections.abc import Callable
@@ -22,16 +21,17 @@ from textual.app import App
 from textual.binding import Binding
 from textual.content import Content
 from textual.notifications import SeverityLevel
+from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
 from .. import finish
 from ..errors import KevinError, RunLocked
 from ..formatting import confirmed_line
-from ..interrupts import HANDLED, kill_run_processes, signal_name
+from ..interrupts import kill_run_processes, signal_name
 from ..protocols import EventSink
 from ..runlock import lock_owner
 from ..store import default_runs_root
-from .format import toast_text
+from .notices import Notices
 from .messages import (
     ConfirmationFinishedMessage,
     ConfirmationStartedMessage,
@@ -49,6 +49,7 @@ from .messages import (
 from .screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen, commit_summary
 from .screens.history import FINISHED, HistoryScreen
 from .screens.run import REASONS, RunScreen
+from .signals import AppSignals
 
 if TYPE_CHECKING:
     from ..delivery import Delivery, DeliveryPlan
@@ -98,6 +99,8 @@ class KevinApp(App[int]):
         self.replace = replace
         self.accept_flagged = accept_flagged
         self.handle_signals = handle_signals
+        self.signals = AppSignals(self.interrupt)
+        self.notices = Notices(self, lambda **toast: App.notify(self, **toast))
         self.start_error: KevinError | None = None
         self.error: KevinError | None = None
         """Why the run (or its start) failed."""
@@ -172,11 +175,17 @@ class KevinApp(App[int]):
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:
-        # Plain text is laid out for the toast here, as wide as the screen leaves room for: paths
-        # shortened and broken at a "/", never inside a name (markup is left to Textual).
-        if not markup:
-            message = toast_text(message, getattr(self.screen, "toast_room", self.size.width * 3 // 4))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        self.notices.notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A dialog's keys are its own: quitting or opening the help from under it does nothing.
+        if action in ("quit", "help") and isinstance(self.screen, ModalScreen):
+            return False
+        if action == "stop_run":
+            return self.running and self.engine is not None and not self.engine.stop_requested
+        if action == "commit_best":
+            return self.engine is not None
+        return True
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
@@ -195,6 +204,8 @@ class KevinApp(App[int]):
         self.engine = engine
         if self.signum is not None:
             engine.abort()  # the signal came while the engine was being made
+        elif self._quitting:
+            engine.halt()  # so did the person's quit
         try:
             return engine.run()
         finally:
@@ -205,7 +216,7 @@ class KevinApp(App[int]):
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
         from ..launch import resume_run
 
-        return resume_run(run_id, sink, runs_root=self.history_root())
+        return resume_run(run_id, sink, runs_root=self.history_root(), replace=self.replace)
 
     def resume_run(self, run_id: str) -> None:
         """Continue a stored run in this window; a run another process drives is refused, and so
@@ -255,7 +266,7 @@ class KevinApp(App[int]):
         notice = message.event
         self.run_screen.apply(notice)
         severity = {"info": "information"}.get(notice.level, notice.level)
-        self.notify(notice.message, severity=severity, timeout=8, markup=False)
+        self.notify(notice.message, title=notice.topic, severity=severity, timeout=8, markup=False)
 
     def on_tokens_ready(self, message: TokensReady) -> None:
         chunks = self.sink.drain()
@@ -264,17 +275,12 @@ class KevinApp(App[int]):
 
     # --- signals ----------------------------------------------------------------------------
     def _install_signal_handlers(self) -> None:
-        if not self.handle_signals:
-            return
-        loop = asyncio.get_running_loop()
-        for sig in HANDLED:
-            loop.add_signal_handler(sig, self.interrupt, int(sig))
+        if self.handle_signals:
+            self.signals.install()
 
     def on_unmount(self) -> None:
         if self.handle_signals:
-            loop = asyncio.get_running_loop()
-            for sig in HANDLED:
-                loop.remove_signal_handler(sig)
+            self.signals.uninstall()
 
     def interrupt(self, signum: int) -> None:
         """A signal: end the run as headless does (abort, record it as interrupted, exit with
@@ -305,6 +311,7 @@ class KevinApp(App[int]):
         if (engine := self._engine_or_warn()) is not None:
             engine.request_stop()
             self.run_screen.set_status("stopping after this turn", "$text-warning")
+            self.refresh_bindings()
 
     def action_cancel_generation(self) -> None:
         if (engine := self._engine_or_warn()) is not None:
@@ -453,15 +460,16 @@ class KevinApp(App[int]):
             if yes and self.running:
                 self._quitting = True
                 if self.engine is not None:
-                    self.engine.request_stop()
-                    self.engine.cancel_generation()
-                self.run_screen.set_status("stopping, then quitting (q again: quit now)", "$text-warning")
+                    self.engine.halt()
+                self.run_screen.set_status("quitting once the evaluation in flight ends (q again: now)",
+                                           "$text-warning")
             elif yes:
                 self.exit(self.exit_code)
 
         body = Content(
-            "A run is in progress. Stop it after the current evaluation and quit?\n"
-            "Finished turns are saved; the run can be resumed from the history screen."
+            "A run is in progress. Quit? The generation in flight is cancelled and nothing new "
+            "starts; an evaluation in flight is finished first.\n"
+            "Finished turns are saved: resume the run from the history screen, or with kevin-opt resume."
         )
         self.push_screen(ConfirmScreen("quit?", body, yes="Quit"), answered)
 

@@ -18,7 +18,7 @@ from textual.highlight import HighlightTheme, highlight
 
 from ..formatting import fmt_graph, fmt_ms, fmt_seconds, fmt_speedup, fmt_tolerance, stage_times
 from ..parsing import THINK_CLOSE, THINK_OPEN
-from ..results import EvalResult, Status, TurnRecord
+from ..results import Confirmed, EvalResult, Status, TurnRecord
 
 
 @dataclass(frozen=True)
@@ -53,25 +53,49 @@ LIVE_OUTPUT_LINES = 200
 """Lines of a build's output kept on screen while it runs."""
 
 
-def legend() -> Content:
+CONFIRMED_MARK = "conf"
+"""Written before a confirmed speedup in a turn's line: ``2.28x conf 2.63x``."""
+DROPPED_MARK = "dropped"
+
+
+def legend_rows() -> list[tuple[Content, Content]]:
     """Every mark and what it means, for the help screen."""
-    rows = [*MARKS.values(), LIVE]
-    width = max(len(m.label) for m in rows)
-    return Content("\n").join(
-        Content.assemble("  ", m.content(), " ", (f"{m.label:<{width}}", "bold"), "  ", (m.meaning, "$text-muted"))
-        for m in rows
-    )
+    rows = [(Content.assemble(m.content(), " ", (m.label, "bold")), Content.styled(m.meaning, "$text-muted"))
+            for m in [*MARKS.values(), LIVE]]
+    rows.append((Content.assemble(("2.28x", "bold $text-success"), " ", (CONFIRMED_MARK, "bold"), " ",
+                                  ("2.63x", "bold $text-accent")),
+                 Content.styled("the turn's own speedup, then the one confirmed when the run ended (verified "
+                                "again, timed head to head): the confirmed one is the run's number", "$text-muted")))
+    rows.append((Content.assemble(("2.22x", "bold $text-success"), " ", (DROPPED_MARK, "bold $text-warning")),
+                 Content.styled("verified in its turn, dropped on the second look when the run ended",
+                                "$text-muted")))
+    return rows
 
 
-def turn_label(record: TurnRecord) -> Content:
-    """One line for the turn list: mark, turn number, speedup or outcome."""
+def turn_label(record: TurnRecord, confirmed: Confirmed | None = None) -> Content:
+    """One line for the turn list: mark, turn number, speedup or outcome; for a kernel confirmed
+    when the run ended, its confirmed speedup after the turn's own (or that it was dropped)."""
     mark = MARKS[record.status]
     detail = (
         Content.styled(fmt_speedup(record.speedup), "bold $text-success")
         if record.speedup is not None
         else Content.styled(mark.label, "$text-muted")
     )
+    if confirmed is not None and confirmed.headline() is not None:
+        detail = Content.assemble(detail, " ", (CONFIRMED_MARK, "bold"), " ",
+                                  (fmt_speedup(confirmed.speedup_median), "bold $text-accent"))
+    elif confirmed is not None:
+        detail = Content.assemble(detail, " ", (DROPPED_MARK, "bold $text-warning"))
     return Content.assemble(mark.content(), f" turn {record.turn:<2} ", detail)
+
+
+def widest_turn_label(turns: int) -> int:
+    """Cells the widest line of a run of ``turns`` turns can take (the list keeps that width
+    from the start, so that the panes beside it never move)."""
+    number = max(len(str(turns)), 2)
+    outcome = max(len(m.label) for m in MARKS.values())
+    confirmed = len(f"99.99x {CONFIRMED_MARK} 99.99x")
+    return 2 + len(" turn ") + number + 1 + max(outcome, confirmed, len("correctness"))
 
 
 def live_label(turn: int, phase: str) -> Content:
@@ -138,8 +162,23 @@ def mark_heading(mark: Mark, where: str, *extra: Content | tuple[str, str] | str
     return Content.assemble((f"{mark.glyph} {mark.label}", mark.style), f"  {where}", *extra)
 
 
-def feedback_content(record: TurnRecord) -> Content:
-    """Everything known about why a turn ended the way it did, the numbers first."""
+def confirmed_content(kernel: Confirmed) -> Content:
+    """A turn's second look, beside its own speedup."""
+    headline = kernel.headline()
+    if headline is None:
+        first = next((line.strip() for line in kernel.error.splitlines() if line.strip()), "not confirmed")
+        return _line("confirmed", Content.styled(f"no: dropped on a second look when the run ended: {first}",
+                                                 "$text-warning"))
+    low, high = headline.ci95
+    return _line("confirmed", Content.assemble(
+        (fmt_speedup(headline.speedup_median), "bold $text-accent"),
+        f" vs eager (95% interval {low:.2f}-{high:.2f}x, {headline.runs} rounds head to head when the run ended); "
+        "the speedup above is this turn's own measurement"))
+
+
+def feedback_content(record: TurnRecord, confirmed: Confirmed | None = None) -> Content:
+    """Everything known about why a turn ended the way it did, the numbers first; for a kernel
+    confirmed when the run ended, the confirmed speedup beside the turn's own."""
     mark = MARKS[record.status]
     ev = record.eval
     lines: list[Content] = [
@@ -153,6 +192,8 @@ def feedback_content(record: TurnRecord) -> Content:
     if ev is not None:
         timing = timing_lines(ev)
         lines.extend(reversed(timing))  # the speedup line, then the times it comes from
+        if confirmed is not None and timing:
+            lines.insert(2, confirmed_content(confirmed))
         if (graph := fmt_graph(ev)) is not None:
             lines.append(_line("in a CUDA graph", graph))
         if (line := correctness_line(ev)) is not None:
@@ -170,7 +211,7 @@ def feedback_content(record: TurnRecord) -> Content:
         if ev.error:
             lines.append(_line("error", Content.styled(ev.error.strip(), "$text-error")))
         if ev.compile_log.strip() and record.status is Status.COMPILE_ERROR:
-            log = ev.compile_log.strip().splitlines()
+            log = compiler_lines(ev.compile_log.strip())
             shown = log[-COMPILE_LOG_LINES:]
             head = f"compile log (last {len(shown)} of {len(log)} lines):" if len(log) > len(shown) else "compile log:"
             lines.append(Content.styled(head, "bold"))
@@ -183,6 +224,17 @@ def feedback_content(record: TurnRecord) -> Content:
     if tokens:
         lines.append(_line("tokens", " · ".join(tokens)))
     return Content("\n").join(lines)
+
+
+# torch.utils.cpp_extension logs through Python's logging in glog's format ("I1201 09:21:34.929000
+# 13183 path/to/cpp_extension.py:2542] Building extension module ..."): the logger's voice, not
+# the compiler's, and each of its lines wraps to several in a narrow pane.
+_LOGGER_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+
+
+def compiler_lines(text: str) -> list[str]:
+    """A build's output without the lines torch's logger adds to it."""
+    return [line for line in text.splitlines() if not _LOGGER_LINE.match(line)]
 
 
 def answer_text(record: TurnRecord) -> str:
@@ -278,7 +330,12 @@ def wrap_words(text: str, width: int) -> str:
 TOAST_MAX = 72
 
 
+def toast_width(room: int) -> int:
+    """Cells of text in a toast at most ``room`` cells wide: less its padding and border."""
+    return max(20, min(TOAST_MAX, room) - 3)
+
+
 def toast_text(message: str, room: int) -> str:
     """A notification's text laid out for a toast at most ``room`` cells wide: the toast is as
-    wide as its longest line (see Toast in app.tcss), less its padding and border."""
-    return wrap_words(short_paths(message), max(20, min(TOAST_MAX, room) - 3))
+    wide as its longest line (see Toast in app.tcss)."""
+    return wrap_words(short_paths(message), toast_width(room))

@@ -21,7 +21,7 @@ from ..events import (
     TurnFinished,
     TurnStarted,
 )
-from ..results import BestKernel, Status, TurnRecord, continued_from
+from ..results import BestKernel, Confirmed, Status, TurnRecord, continued_from
 
 TurnKey = tuple[int, int]
 """(trajectory, turn) of a finished or live turn."""
@@ -99,6 +99,8 @@ class RunState:
     live: dict[int, LiveTurn] = field(default_factory=dict)
     """In-flight turn per trajectory."""
     best: BestKernel | None = None
+    confirmed: dict[TurnKey, Confirmed] = field(default_factory=dict)
+    """The second look each confirmed kernel got, by its turn (empty until a confirmation)."""
     finished: RunFinished | None = None
     notices: list[Notice] = field(default_factory=list)
     last_finished: TurnKey | None = None
@@ -167,6 +169,8 @@ class RunState:
             self.notices.append(event)
         elif isinstance(event, ConfirmationFinished):
             self.best = event.best
+            self.confirmed = {(k.trajectory, k.turn): k for k in event.confirmation.kernels
+                              if k.trajectory is not None and k.turn is not None}
         elif isinstance(event, RunFinished):
             self.finished = event
             self.live.clear()

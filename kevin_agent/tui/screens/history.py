@@ -8,6 +8,7 @@ is one. It never quits: ``q`` does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,15 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent, TabPane
 
-from ...formatting import fmt_speedup
+from ...confirmation import best_of_run, confirmed_turns
+from ...formatting import marked_speedup
+from ...lineage import outcome, tree_chains, wrap_chain
 from ...results import RunInfo, TurnRecord
 from ...store import list_runs, read_records
-from ...lineage import outcome, tree_lines
 from ..format import answer_text, diff_content, kernel_content, previous_turn
 from ..state import Key, RunState
 from ..widgets import CodePane, FeedbackView, FitHeader, TurnList
+from ..widgets.rows import WrappedLines
 from ..widgets.turn_list import parse_option_id
 
 FINISHED = {"completed", "target_reached"}
@@ -48,8 +51,10 @@ TABS = [
     ("tab-summary", "Summary", "m"),
     ("tab-lineage", "Lineage", "l"),
 ]
-CODE_TABS = {"tab-kernel", "tab-diff", "tab-lineage"}
+CODE_TABS = {"tab-kernel", "tab-diff"}
 SIDE_SHARE = 0.4
+NARROW = 120
+"""Below this width the turns sit above the tabs (the app's -narrow breakpoint, app.tcss)."""
 
 
 def run_date(info: RunInfo) -> str:
@@ -60,13 +65,9 @@ def run_status(info: RunInfo) -> str:
     return "live" if info.status == LIVE else info.status
 
 
-def best_speedup(info: RunInfo, records: list[TurnRecord]) -> float | None:
-    if info.best is not None and info.best.confirmation is not None:
-        return info.best.speedup  # the confirmed one, not the best of the turns' own numbers
-    speeds = [s for r in records if (s := r.speedup) is not None]
-    if info.best is not None:
-        speeds.append(info.best.speedup)
-    return max(speeds) if speeds else None
+def best_speedup(info: RunInfo, records: list[TurnRecord]) -> str:
+    """The run's best, saying which kind of number it is: the column holds both kinds."""
+    return marked_speedup(*best_of_run(info, records))
 
 
 def run_owner(run_dir: Path) -> Any:
@@ -108,6 +109,9 @@ class HistoryScreen(Screen):
                     with TabPane(title, id=pane):
                         if pane == "tab-feedback":
                             yield FeedbackView(id="history-feedback")
+                        elif pane == "tab-lineage":
+                            with VerticalScroll():
+                                yield WrappedLines(id="tab-lineage-text", classes="turn-text")
                         elif pane in CODE_TABS:
                             yield CodePane(id=f"{pane}-pane", text_id=f"{pane}-text")
                         else:
@@ -180,7 +184,7 @@ class HistoryScreen(Screen):
             status = Text(run_status(info), style="bold" if info.status == LIVE else "")
             table.add_row(
                 Text(info.run_id), status, f"{len(records)}/{info.turns * info.trajectories}",
-                fmt_speedup(best_speedup(info, records)), Text(info.task.name), key=info.run_id,
+                best_speedup(info, records), Text(info.task.name), key=info.run_id,
             )
         if not self.runs:
             self.remove_class("-detail")
@@ -204,9 +208,9 @@ class HistoryScreen(Screen):
             status += f" (pid {owner.pid} on {owner.host})"
         # What the table leaves out, most useful first; what does not fit is left out whole.
         header.set_lines([
-            title, (f"{len(self.runs)} runs", "$text-muted", 0), (info.run_id, "bold", len(info.run_id)),
-            (status, RUN_STYLES.get(info.status, ""), len(status)),
-            (f"best {fmt_speedup(best_speedup(info, records))}", "", 0),
+            title, (info.run_id, "bold", len(info.run_id)), (status, RUN_STYLES.get(info.status, ""), len(status)),
+            (f"best {best_speedup(info, records)}", "", 0),
+            (f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}", "$text-muted", 0),
             (f"commit {info.commit[:10]}" if info.commit else "", "", 0),
             (f"started {run_date(info)}", "", 0), (f"{info.device} {info.device_name}".strip(), "", 0),
             (info.task.path, "$text-muted", 0), (info.model, "$text-secondary", 0),
@@ -228,7 +232,9 @@ class HistoryScreen(Screen):
         if table.cursor_row != row:
             table.move_cursor(row=row)
         self.turns.add_records(read_records(self.runs_root / run_id, finished_only=False))
-        turns.show(self.turns.records, None, None, self.turns.cancelled)
+        info, records = self.runs[run_id]
+        self.turns.confirmed = confirmed_turns(info, records)
+        turns.show(self.turns.records, None, None, self.turns.cancelled, self.turns.confirmed)
         self._fit_side()
         first = next((parse_option_id(o.id) for o in turns.options if not o.disabled), None)
         turns.select_key(first, quiet=True)
@@ -236,12 +242,18 @@ class HistoryScreen(Screen):
 
     def _fit_side(self) -> None:
         turns = self.query_one("#history-turns", TurnList)
+        if self.size.width < NARROW:
+            turns.styles.width = None  # above the tabs, as wide as the screen (app.tcss)
+            return
         width = min(turns.wanted_width(), max(int(self.size.width * SIDE_SHARE), 24))
         if turns.styles.width is None or turns.styles.width.value != width:
             turns.styles.width = width
 
     def on_resize(self) -> None:
         self._fit_side()
+
+    def on_screen_resume(self) -> None:
+        self.app.notices.release()  # what waited while a dialog was open
 
     # --- turns ------------------------------------------------------------------------------
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -260,10 +272,12 @@ class HistoryScreen(Screen):
 
         if record is None:
             feedback.show(None, "no turns in this run" if self.run_id else "no run selected")
-            for pane, _, _ in TABS[1:]:
+            for pane, _, _ in TABS[1:-1]:
                 put(pane, "")
+            self.query_one("#tab-lineage-text", WrappedLines).set_layout(lambda width: [])
             return
-        feedback.show(record)
+        feedback.show(record, confirmed=self.turns.confirmed.get((record.trajectory, record.turn))
+                      if record.finished else None)
         put("tab-kernel", kernel_content(record.code))
         put("tab-diff", diff_content(previous_turn(list(self.turns.records.values()), record), record))
         put("tab-prompt", Content(record.prompt) if record.prompt else Content.styled("(no prompt stored)", "$text-muted"))
@@ -274,10 +288,11 @@ class HistoryScreen(Screen):
             response = f"{record.reasoning}\n\n{record.response}"
         put("tab-response", Content(response))
         put("tab-summary", Content(record.summary) if record.summary else Content.styled("(no summary)", "$text-muted"))
-        put("tab-lineage", self._lineage(record))
+        self.query_one("#tab-lineage-text", WrappedLines).set_layout(self._lineage(record))
 
-    def _lineage(self, selected: TurnRecord) -> Content:
-        """Which turn continued which in this run, the winner's path starred, this turn in brackets."""
+    def _lineage(self, selected: TurnRecord) -> Callable[[int], list[Content]]:
+        """Which turn continued which in this run, the winner's path starred, this turn in
+        brackets; a chain wider than the pane goes on under its first turn."""
         records = [r for r in self.turns.records.values() if r.finished]
         info = self.runs[self.run_id][0] if self.run_id in self.runs else None
         winner = (info.best.trajectory, info.best.turn) if info is not None and info.best else None
@@ -287,9 +302,16 @@ class HistoryScreen(Screen):
             text = outcome(rec)
             return f"[{text}]" if (rec.trajectory, rec.turn) == here else text
 
-        lines = tree_lines(records, winner, label)
+        chains = tree_chains(records, winner, label)
         head = "Each line is a chain of turns; an indented line continued the turn it names. * the winner's path."
-        return Content.assemble((head, "$text-muted"), "\n\n", "\n".join(lines) or "(no finished turns)")
+
+        def layout(width: int) -> list[Content]:
+            lines = [*Content.styled(head, "$text-muted").wrap(width), Content("")]
+            for chain_head, cells in chains:
+                lines += [Content(line) for line in wrap_chain(chain_head, cells, width)]
+            return lines if chains else [*lines, Content("(no finished turns)")]
+
+        return layout
 
     def action_tab(self, pane: str) -> None:
         self.query_one("#turn-tabs", TabbedContent).active = pane

@@ -15,10 +15,9 @@ from textual.widgets import Footer, OptionList
 
 from ...events import (ConfirmationFinished, ConfirmationStarted, Event, RunFinished, RunStarted, TurnFinished,
                        TurnStarted)
-from ...formatting import fmt_speedup
-from ...results import TurnRecord
+from ...formatting import fmt_clock, fmt_speedup
+from ...results import BestKernel, TurnRecord
 from ...store import read_records
-from ...formatting import fmt_clock
 from ..state import Key, RunState, TurnKey
 from ..widgets import FeedbackView, FitHeader, ModelOutput, SpeedupChart, TurnList
 
@@ -36,6 +35,19 @@ SIDE_SHARE = 0.4
 """The turn list never takes more than this share of the width."""
 
 
+def best_parts(best: BestKernel | None) -> tuple[Content, str]:
+    """The header's best speedup, and where it comes from: ``best 2.63x confirmed`` and
+    ``(t0 turn 8: 2.28x)`` (that turn's own number), or ``best 2.28x`` and ``(t0 turn 8)``."""
+    if best is None:
+        return Content.assemble("best ", ("none yet", "$text-muted")), ""
+    where = f"t{best.trajectory} turn {best.turn}"
+    if best.confirmation is None:
+        return Content.assemble("best ", (fmt_speedup(best.speedup), "bold $text-success")), f"({where})"
+    own = f": {fmt_speedup(best.run_speedup)}" if best.run_speedup is not None else ""
+    return (Content.assemble("best ", (fmt_speedup(best.speedup), "bold $text-accent"), " confirmed"),
+            f"({where}{own})")
+
+
 class RunScreen(Screen):
     BINDINGS = [
         Binding("s", "app.stop_run", "Stop", tooltip="Stop the run after the current turn"),
@@ -43,8 +55,8 @@ class RunScreen(Screen):
                 tooltip="Cancel the generation (offered while the model generates)"),
         Binding("c", "app.commit_best", "Commit", tooltip="Commit the best kernel now"),
         Binding("h", "app.open_history", "History"),
-        Binding("r", "toggle_reasoning", "Reasoning", tooltip="Show or hide the reasoning"),
-        Binding("l", "follow_live", "Live", tooltip="Follow the live turn again"),
+        Binding("e", "toggle_reasoning", "Reasoning", tooltip="Expand or collapse the reasoning"),
+        Binding("v", "follow_live", "Live", tooltip="View the live turn again (offered while you look at another)"),
         Binding("b", "branch", "Branch",
                 tooltip="Continue the selected finished turn in a new chain for the remaining turns"),
     ]
@@ -90,6 +102,13 @@ class RunScreen(Screen):
         if self._ready:
             self._fit_side()
 
+    def on_screen_resume(self) -> None:
+        self.app.notices.release()  # what waited while a dialog was open
+
+    def add_message(self, title: str, text: str, severity: str = "information") -> None:
+        """A message too long for a toast: it stays in the feedback pane."""
+        self.query_one(FeedbackView).add_message(title, text, severity)
+
     @property
     def toast_room(self) -> int:
         """Notifications sit over the model output, never over the turns or the feedback."""
@@ -112,10 +131,13 @@ class RunScreen(Screen):
         return self.pinned
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Only keys that do something now are offered (the app's own are checked by the app).
         if action == "cancel_generation":
             return self._can_cancel()
         if action == "branch":
             return self._branchable() is not None
+        if action == "follow_live":
+            return bool(self.state.live) and self.pinned is not None
         return True
 
     def action_branch(self) -> None:
@@ -177,6 +199,8 @@ class RunScreen(Screen):
         if not self._ready:
             return
         self._sync_bindings()
+        if isinstance(event, (RunStarted, RunFinished)):
+            self.refresh_bindings()  # stop and live are offered while a run goes on
         best = self.state.best
         if isinstance(event, RunFinished) and self.pinned is None and best is not None:
             # The run is over: what is left to look at is the kernel that won.
@@ -205,6 +229,9 @@ class RunScreen(Screen):
             self._dirty_output = True  # the live turn's timer
 
     def _refresh_header(self) -> None:
+        """Line 1: the task, the device, the clock, the turns, the best speedup (marked confirmed
+        with its turn's own beside it), then what matters less; line 2: the status, alone, so
+        that it is never cut."""
         header = self.query_one("#run-header", FitHeader)
         status_text = Content(" · ").join(Content.styled(t, s) for t, s in [self._status, *self._notes])
         status = [(status_text, "", 8)]
@@ -213,38 +240,38 @@ class RunScreen(Screen):
             header.set_lines([("kevin-opt", "bold $text-primary", 9)], status)
             return
         elapsed = ((self._t1 or self._clock()) - self._t0) if self._t0 is not None else 0.0
-        best = self.state.best
         done, total = len(self.state.records), st.turns * st.trajectories
         stats = f"{fmt_clock(elapsed)}  turns {done}/{total}"
-        confirmed = " confirmed" if best is not None and best.confirmation is not None else ""
-        best_part = (
-            Content.assemble("best ", (fmt_speedup(best.speedup), "bold $text-success"),
-                             f"{confirmed} (t{best.trajectory} turn {best.turn})")
-            if best else Content.assemble("best ", ("none yet", "$text-muted"))
-        )
-        line2 = [*status, (stats, "", len(stats)), (best_part, "", len(f"best {fmt_speedup(best.speedup)}") if best else 13)]
+        best, where = best_parts(self.state.best)
         header.set_lines(
-            [(st.task, "bold $text-primary", 16), (st.device, "bold", len(st.device)),
-             (st.device_name, "", 8), (st.model, "$text-secondary", 10)],
-            line2,
+            [(st.task, "bold $text-primary", 16), (st.device, "bold", len(st.device)), (stats, "", len(stats)),
+             (best, "", best.cell_length), (where, "$text-muted", 0), (st.device_name, "", 0),
+             (st.model, "$text-secondary", 0)],
+            status,
         )
 
     def _fit_side(self) -> None:
-        """The turn list takes the width its labels need; the output panes get the rest."""
+        """The turn list takes the width any label of the run can need, from the start; the
+        output panes get the rest."""
         turns = self.query_one(TurnList)
-        width = min(turns.wanted_width(), max(int(self.size.width * SIDE_SHARE), 24))
+        st = self.state.started
+        wanted = TurnList.run_width(st.turns, len(self.state.trajectories())) if st else turns.wanted_width()
+        width = min(max(wanted, turns.wanted_width()), max(int(self.size.width * SIDE_SHARE), 24))
         side = self.query_one("#side")
         if side.styles.width is None or side.styles.width.value != width:
             side.styles.width = width
 
     def _refresh_turns(self) -> None:
         turns = self.query_one(TurnList)
-        turns.show(self.state.records, self.state.live, self.state.trajectories(), self.state.cancelled)
+        turns.show(self.state.records, self.state.live, self.state.trajectories(), self.state.cancelled,
+                   self.state.confirmed)
         if self.pinned is None:
             live = self._live_key()
             turns.select_key(live or self.state.last_finished, quiet=True)
         self._fit_side()
-        self.query_one(SpeedupChart).show(self.state.best_curve())
+        best = self.state.best
+        self.query_one(SpeedupChart).show(self.state.best_curve(),
+                                          best.speedup if best is not None and best.confirmation else None)
 
     def _live_key(self) -> TurnKey | None:
         live = self.state.live
@@ -266,7 +293,7 @@ class RunScreen(Screen):
         feedback = self.query_one(FeedbackView)
         if self.pinned is not None and (record := self.state.record(self.pinned)) is not None:
             output.show_record(record)
-            feedback.show(record)
+            feedback.show(record, confirmed=self._confirmed(record))
             return
         live = self._live_key()
         if live is not None:
@@ -279,7 +306,12 @@ class RunScreen(Screen):
             output.show_record(last)
         else:
             output.show_nothing("waiting for the first turn")
-        feedback.show(last)
+        feedback.show(last, confirmed=self._confirmed(last))
+
+    def _confirmed(self, record: TurnRecord | None):
+        if record is None or not record.finished:
+            return None
+        return self.state.confirmed.get((record.trajectory, record.turn))
 
     def _flush_output(self) -> None:
         if not self._dirty_output:
@@ -297,6 +329,7 @@ class RunScreen(Screen):
             self.pinned = key
         else:
             self.pinned, self.follow = None, key[0]
+        self.query_one(FeedbackView).fold_messages()
         self._show_selected()
         self.refresh_bindings()  # `b` is offered for a selected finished turn
 

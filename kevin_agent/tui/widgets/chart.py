@@ -25,8 +25,9 @@ class SpeedupChart(Vertical):
         self.border_title = "best speedup"
         self.show([])
 
-    def show(self, curve: list[float]) -> None:
-        """``curve[i]`` is the best speedup after turn ``i + 1`` (0 while none is verified)."""
+    def show(self, curve: list[float], confirmed: float | None = None) -> None:
+        """``curve[i]`` is the best speedup the turns measured after turn ``i + 1`` (0 while none
+        is verified); ``confirmed``: the winner's confirmed speedup, once there is one."""
         # A flat line of zeros would draw as full bars: nothing verified draws nothing.
         self.query_one(Sparkline).data = curve if curve and max(curve) > 0 else []
         caption = self.query_one("#chart-caption", Static)
@@ -35,9 +36,8 @@ class SpeedupChart(Vertical):
         elif max(curve) <= 0:
             caption.update(Content.styled("none verified yet", "$text-muted"))
         else:
-            caption.update(
-                Content.assemble(
-                    f"turns 1-{len(curve)}: ",
-                    (fmt_speedup(max(curve)), "bold $text-success"),
-                )
-            )
+            # The line is the turns' own numbers; the confirmed one is said apart, as what it is.
+            parts = [f"turns 1-{len(curve)}: ", (fmt_speedup(max(curve)), "bold $text-success")]
+            if confirmed is not None:
+                parts += ["\nconfirmed: ", (fmt_speedup(confirmed), "bold $text-accent")]
+            caption.update(Content.assemble(*parts))

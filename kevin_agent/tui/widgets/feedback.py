@@ -6,12 +6,13 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.widgets import Static
+from textual.widgets import Collapsible, Static
 
-from ...results import TurnRecord
+from ...results import Confirmed, TurnRecord
 from ...formatting import fmt_clock, fmt_seconds
-from ..format import LIVE, LIVE_OUTPUT_LINES, feedback_content
+from ..format import LIVE, LIVE_OUTPUT_LINES, compiler_lines, feedback_content
 from ..state import LiveTurn
+from .rows import Rows
 
 STAGE_NAMES = {"generating": "generation", "queued": "queue"}
 """Phases of a live turn by the names its stored stage times use."""
@@ -28,7 +29,7 @@ def live_content(live: LiveTurn, now: float, previous: TurnRecord | None) -> Con
         if running or s >= 0.05  # a phase that passed in an instant says nothing
     ]
     lines.append(Content.assemble(("time: ", "bold"), Content(" · ").join(phases)))
-    output = live.output_text().rstrip()
+    output = "\n".join(compiler_lines(live.output_text())).strip()
     if output:
         tail = output.splitlines()[-LIVE_OUTPUT_LINES:]
         what = "compiler output" if live.phase == "compile" else "evaluation output"
@@ -42,26 +43,62 @@ def live_content(live: LiveTurn, now: float, previous: TurnRecord | None) -> Con
     return Content("\n").join(lines)
 
 
+MESSAGES_KEPT = 4
+"""The run's latest messages shown above the turn's feedback."""
+
+
 class FeedbackView(VerticalScroll):
+    """A turn's feedback, with the run's latest messages above it (what a delivery did, what a
+    confirmation found, why the run failed): text too long for a notification. The messages
+    fold into one line while the person reads turns; a warning or an error opens them."""
+
     DEFAULT_CSS = """
     FeedbackView { height: 1fr; }
     FeedbackView > Static { width: 1fr; }
+    FeedbackView > #feedback-messages-box { display: none; padding: 0; border-top: none;
+                                            border-bottom: solid $primary 40%; }
+    FeedbackView > #feedback-messages-box.-shown { display: block; }
+    FeedbackView #feedback-messages-box > Contents { padding: 0 0 0 1; }
     """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._live_key: tuple[int, int] | None = None
+        self.messages: list[tuple[str, str, str]] = []
+        """(title, text, severity), oldest first."""
 
     def compose(self) -> ComposeResult:
+        with Collapsible(title="messages", collapsed=True, id="feedback-messages-box"):
+            yield Rows(id="feedback-messages", label_width=0)  # each title heads its text
         yield Static(Content.styled("no finished turn yet", "$text-muted"), id="feedback-text")
 
     def on_mount(self) -> None:
         self.border_title = "feedback"
 
-    def show(self, record: TurnRecord | None, placeholder: str = "no finished turn yet") -> None:
+    def add_message(self, title: str, text: str, severity: str = "information") -> None:
+        self.messages = [*self.messages, (title, text, severity)][-MESSAGES_KEPT:]
+        tones = {"warning": "$text-warning", "error": "$text-error"}
+        rows = [(Content.styled(t or "kevin-opt", "bold " + tones.get(sev, "$text-primary")), Content(body))
+                for t, body, sev in reversed(self.messages)]  # the latest first
+        self.query_one("#feedback-messages", Rows).set_rows(rows)
+        box = self.query_one("#feedback-messages-box", Collapsible)
+        count = "1 message" if len(self.messages) == 1 else f"{len(self.messages)} messages"
+        box.title = f"{count}: " + ", ".join(dict.fromkeys(t or "kevin-opt" for t, _, _ in reversed(self.messages)))
+        box.set_class(True, "-shown")
+        if severity in ("warning", "error"):
+            box.collapsed = False
+        self.scroll_home(animate=False)
+
+    def fold_messages(self) -> None:
+        """The person reads turns now: the messages take one line."""
+        self.query_one("#feedback-messages-box", Collapsible).collapsed = True
+
+    def show(self, record: TurnRecord | None, placeholder: str = "no finished turn yet", *,
+             confirmed: Confirmed | None = None) -> None:
         self._live_key = None
         self.border_title = "feedback"
-        text = feedback_content(record) if record is not None else Content.styled(placeholder, "$text-muted")
+        text = (feedback_content(record, confirmed) if record is not None
+                else Content.styled(placeholder, "$text-muted"))
         self.query_one("#feedback-text", Static).update(text)
         self.scroll_home(animate=False)
 

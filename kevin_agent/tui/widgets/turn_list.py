@@ -7,12 +7,17 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from ...formatting import fmt_speedup
-from ...results import TurnRecord
-from ..format import live_label, turn_label
+from ...results import Confirmed, TurnRecord
+from ..format import live_label, turn_label, widest_turn_label
 from ..state import Key, LiveTurn, TurnKey
 
 MIN_WIDTH = 24
 """The narrowest the list gets (its border title and the chart under it need this much)."""
+
+
+def width_for(label_cells: int) -> int:
+    """The list's width for labels of that many cells: with the option padding, border and scrollbar."""
+    return max(MIN_WIDTH, label_cells + 2 + 2 + 1)
 
 
 def option_id(key: Key) -> str:
@@ -44,8 +49,10 @@ class TurnList(OptionList):
         live: dict[int, LiveTurn] | None = None,
         trajectories: list[int] | None = None,
         cancelled: dict[TurnKey, list[TurnRecord]] | None = None,
+        confirmed: dict[TurnKey, Confirmed] | None = None,
     ) -> None:
         live = live or {}
+        confirmed = confirmed or {}
         cancelled = cancelled or {}
         trajs = trajectories or sorted({t for t, _ in records} | {t for t, _ in cancelled} | set(live))
         highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
@@ -62,7 +69,7 @@ class TurnList(OptionList):
                 for n, rec in enumerate(cancelled.get(key, [])):
                     options.append(Option(turn_label(rec), id=option_id((*key, n))))
                 if key in records:
-                    options.append(Option(turn_label(records[key]), id=option_id(key)))
+                    options.append(Option(turn_label(records[key], confirmed.get(key)), id=option_id(key)))
             if lv is not None and (traj, lv.turn) not in records:
                 options.append(Option(live_label(lv.turn, lv.phase), id=option_id((traj, lv.turn))))
         with self.prevent(OptionList.OptionHighlighted):
@@ -71,10 +78,16 @@ class TurnList(OptionList):
                 self.select_key(parse_option_id(highlighted), quiet=True)
 
     def wanted_width(self) -> int:
-        """Cells the list needs: its widest label, the option padding, border and scrollbar."""
+        """Cells the list needs for the labels it has."""
         labels = [option.prompt for option in self.options]
-        widest = max((p.cell_length if isinstance(p, Content) else len(str(p)) for p in labels), default=0)
-        return max(MIN_WIDTH, widest + 2 + 2 + 1)
+        return width_for(max((p.cell_length if isinstance(p, Content) else len(str(p)) for p in labels), default=0))
+
+    @staticmethod
+    def run_width(turns: int, trajectories: int) -> int:
+        """Cells the list needs for any label a run of that size can have: set once, so that the
+        panes beside it keep their width while the run goes on."""
+        heading = len(f"trajectory {max(trajectories - 1, 0)} best 9.99x") if trajectories > 1 else 0
+        return width_for(max(widest_turn_label(turns), heading))
 
     def select_key(self, key: Key | None, *, quiet: bool = False) -> None:
         if key is None:

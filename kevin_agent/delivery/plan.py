@@ -1,11 +1,9 @@
-"""Deliver a run: the kernel module and its report, written and committed together or not at all.
+"""The delivery plan: what delivering a run's best kernel would do, worked out once.
 
-``plan_delivery`` looks at the targets and the repository once and says what delivering would
-do; that one ``DeliveryPlan`` is what the TUI's question, stderr and the JSON summary show, and
-what ``deliver`` carries out. Problems never raise; they are in the plan or the ``Delivery``.
-
-The kernel delivered is the run's winner (``confirmation.winner``): the confirmed one where the
-run's best kernels were confirmed, and every number written comes from its confirmation.
+``plan_delivery`` looks at the targets and the repository once; that one ``DeliveryPlan`` is
+what the TUI's question, stderr and the JSON summary show, and what ``deliver`` carries out.
+``refusals_ahead`` is the part of it known before the first turn, said then so that nobody
+waits a whole run to hear it. Problems never raise; they are in the plan.
 
 What is never overwritten: a file with uncommitted changes (a person's edit). What is only
 overwritten with ``--replace`` (or a yes in the TUI): a file git could not restore (untracked,
@@ -18,23 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from . import gitops
-from .config import RunConfig
-from .confirmation import Winner, current, winner
-from .errors import GitError
-from .formatting import fmt_confirmed
-from .kernel_module import KernelClaim, kernel_claim, module_stem, read_claim, render_kernel_module
-from .report import ReportPaths, report_stem_paths, write_report_files
-from .results import RunInfo, TurnRecord
-from .task import Task
+from .. import gitops
+from ..config import RunConfig
+from ..confirmation import Winner, current, winner
+from ..formatting import fmt_confirmed
+from ..kernel_module import KernelClaim, kernel_claim, module_stem, read_claim
+from ..report import ReportPaths, report_stem_paths
+from ..results import RunInfo, TurnRecord
+from ..task import Task
 
-__all__ = ["Delivery", "DeliveryPlan", "commit_message", "deliver", "plan_delivery"]
 
-Outcome = Literal["committed", "written", "declined", "refused", "nothing"]
+__all__ = ["DeliveryPlan", "commit_message", "plan_delivery", "refusals_ahead", "target_paths"]
 
 
 class DeliveryPlan(BaseModel):
@@ -74,7 +69,7 @@ class DeliveryPlan(BaseModel):
     def paths(self) -> list[Path]:
         if self.kernel_path is None or self.report is None:
             return []
-        return [self.kernel_path, self.report.markdown, self.report.json, self.report.chart]
+        return _targets(self.kernel_path, self.report)
 
     @property
     def trajectory(self) -> int | None:
@@ -131,8 +126,15 @@ class DeliveryPlan(BaseModel):
             return "no (--no-commit): the files are written only"
         return "no: " + "; ".join(self.problems)
 
+    def shown(self, path: Path) -> str:
+        """A target as the person reads it: relative to the repository (or else the working
+        directory) it is in."""
+        return shown_path(path, self.repo_root)
+
     def describe(self) -> list[tuple[str, str]]:
-        """The plan in words, as (label, text) lines: the TUI's dialog and stderr both print these."""
+        """The plan in words, as (label, text) lines: the TUI's dialog and the JSON summary show
+        these. Each target is named once, with what happens to it; report files that fare alike
+        share a line."""
         if self.kernel is None:
             return [("nothing to deliver", self.nothing or "")]
         k = self.kernel
@@ -140,68 +142,66 @@ class DeliveryPlan(BaseModel):
         lines = [("best kernel", f"trajectory {k.trajectory} turn {k.turn}, {speedup} on {k.device_name}")]
         if self.flagged is not None:
             lines.append(("flagged" if self.accept_flagged else "needs --accept-flagged", self.flagged))
-        lines += [("writes" if i == 0 else "", f"{p} ({_STATE_WORDS[self.states.get(p, 'new')]})")
-                  for i, p in enumerate(self.paths)]
-        if self.replaces is not None:
-            lines.append(("replaces", f"{self.kernel_path.name}, which claims {self.replaces.describe()}"))
-        lines += [("refused", b) for b in self.blocked]
-        lines += [("needs --replace" if not self.replace else "replacing", n) for n in self.needs_replace]
+        lines.append(("module", f"{self.shown(self.kernel_path)}: {self._fate(self.kernel_path)}"))
+        report = self.paths[1:]
+        for i, fate in enumerate(dict.fromkeys(self._fate(p) for p in report)):
+            alike = [self.shown(p) for p in report if self._fate(p) == fate]
+            lines.append(("report" if i == 0 else "", f"{extensions(alike)}: {fate}"))
         lines.append(("commit", self.commit_line()))
         if self.commit:
             lines.append(("message", self.message.strip().splitlines()[0]))
         return lines
 
+    def _fate(self, path: Path) -> str:
+        state = self.states.get(path, "new")
+        text = _STATE_WORDS["outside" if state == "untracked" and self.repo_root is None else state]
+        if path == self.kernel_path and self.replaces is not None:
+            claim = self.replaces
+            where = f" (run {claim.run_id}, turn {claim.turn})" if claim.run_id and claim.turn is not None else ""
+            text += f"; it claims {claim.speedup:.2f}x{where}, better than this run's {self.kernel.speedup:.2f}x"
+        if state == "untracked" or (path == self.kernel_path and self.replaces is not None):
+            text += ": replaced" if self.replace else ": needs --replace or a yes"
+        return text
 
-_STATE_WORDS = {"new": "new file", "clean": "replaces the committed version", "modified": "has uncommitted changes",
-                "untracked": "exists, not tracked by git"}
+
+_STATE_WORDS = {"new": "new", "clean": "replaces what is committed",
+                "modified": "has uncommitted changes: nothing is written (they are never overwritten)",
+                "untracked": "exists, untracked", "outside": "exists, in no git repository"}
 
 
-class Delivery(BaseModel):
-    """What ``deliver`` did with a plan."""
+def extensions(paths: Sequence[str]) -> str:
+    """``a/x_report.md, .json, .png``: files that differ only in their extension, named once."""
+    stem = paths[0].rsplit(".", 1)[0]
+    if all(p.rsplit(".", 1)[0] == stem for p in paths):
+        return ", ".join([paths[0], *("." + p.rsplit(".", 1)[1] for p in paths[1:])])
+    return ", ".join(paths)
 
-    plan: DeliveryPlan
-    outcome: Outcome
-    written: list[Path] = Field(default_factory=list)
-    commit: str | None = None
-    """Sha of the commit made, if any (recorded in ``RunInfo.commit``)."""
-    branch: str | None = None
-    notes: list[str] = Field(default_factory=list)
-    """What was done, and why something was not, one sentence each."""
 
-    @property
-    def committed(self) -> bool:
-        return self.outcome == "committed"
+def shown_path(path: Path, repo_root: Path | None = None) -> str:
+    """``path`` relative to ``repo_root`` when inside it, else to the working directory when
+    inside that, else as it is."""
+    path = Path(path).absolute()
+    for base in (repo_root, Path.cwd()):
+        if base is not None and path.is_relative_to(Path(base).absolute()):
+            return path.relative_to(Path(base).absolute()).as_posix()
+    return str(path)
 
-    @property
-    def kernel_path(self) -> Path | None:
-        return self.plan.kernel_path if self.written else None
 
-    @property
-    def report(self) -> ReportPaths | None:
-        return self.plan.report if self.written else None
+def _listed(paths: Sequence[str]) -> str:
+    """Paths in a phrase; those in the first one's folder by their names only."""
+    folder = paths[0].rpartition("/")[0]
+    names = [paths[0], *(p.rpartition("/")[2] if p.rpartition("/")[0] == folder else p for p in paths[1:])]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
-    def succeeded(self) -> bool:
-        """The one success rule (headless and TUI): the kernel and its report were written, and
-        committed unless --no-commit or there is no repository to commit into."""
-        if self.outcome == "committed":
-            return True
-        return self.outcome == "written" and (not self.plan.commit_wanted or self.plan.repo_root is None)
 
-    def headline(self) -> str:
-        """One line for the TUI's header, run.json and `history`."""
-        if self.outcome == "committed":
-            return f"committed {self.commit[:10]} on {self.branch}"
-        if self.outcome == "written":
-            if not self.plan.commit_wanted:
-                return "written, not committed (--no-commit)"
-            if self.plan.repo_root is None:
-                return "written (not in a git repository)"
-            return "written, not committed"
-        if self.outcome == "declined":
-            return "not written (declined)"
-        if self.outcome == "refused":
-            return "not written (refused)"
-        return "nothing to deliver"
+def _untracked_words(paths: Sequence[str], in_repo: bool) -> str:
+    verb = "exists and is" if len(paths) == 1 else "exist and are"
+    return f"{_listed(paths)} {verb} {'not tracked by git' if in_repo else 'in no git repository'}"
+
+
+def _modified_words(paths: Sequence[str]) -> str:
+    return (f"uncommitted changes in {_listed(paths)}: commit, stash or discard them first "
+            "(they are never overwritten)")
 
 
 def commit_message(task: Task, info: RunInfo, best: Winner | TurnRecord) -> str:
@@ -231,6 +231,11 @@ def target_paths(task: Task, config: RunConfig) -> tuple[Path, ReportPaths]:
         kernel = task.path.parent / f"{module_stem(task)}.py"
         stem = task.name
     return kernel, report_stem_paths(kernel.parent, stem)
+
+
+def _targets(kernel_path: Path, report: ReportPaths) -> list[Path]:
+    """Every file a delivery writes: the module, then its report."""
+    return [kernel_path, report.markdown, report.json, report.chart]
 
 
 def nothing_to_deliver(info: RunInfo, records: Sequence[TurnRecord], min_speedup: float) -> str | None:
@@ -276,92 +281,45 @@ def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], conf
 
 
 def _judge_targets(plan: DeliveryPlan) -> None:
-    modified = [p for p, s in plan.states.items() if s == "modified"]
+    modified = [plan.shown(p) for p, s in plan.states.items() if s == "modified"]
     if modified:
-        plan.blocked.append("uncommitted changes in " + ", ".join(map(str, modified))
-                            + ": commit, stash or discard them first (they are never overwritten)")
-    untracked = [p for p, s in plan.states.items() if s == "untracked"]
+        plan.blocked.append(_modified_words(modified))
+    untracked = [plan.shown(p) for p, s in plan.states.items() if s == "untracked"]
     if untracked:
-        plan.needs_replace.append(", ".join(map(str, untracked)) + " already exist and git could not restore them")
+        plan.needs_replace.append(_untracked_words(untracked, plan.repo_root is not None))
     existing = read_claim(plan.kernel_path) if plan.states.get(plan.kernel_path) != "new" else None
     k = plan.kernel
     if existing is not None and existing.same_device(k.device, k.device_name) and existing.speedup > k.speedup:
         plan.replaces = existing
-        plan.needs_replace.append(f"{plan.kernel_path} claims {existing.describe()}, better than this run's "
-                                  f"{k.speedup:.2f}x")
+        plan.needs_replace.append(f"{plan.shown(plan.kernel_path)} claims {existing.describe()}, better than this "
+                                  f"run's {k.speedup:.2f}x")
 
 
-def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord], *,
-            declined: bool = False) -> Delivery:
-    """Carry the plan out with the records it was made from: write the module and its report
-    (all or none), then commit exactly those files. ``declined``: the person said no; nothing
-    is touched."""
-    if plan.kernel is None:
-        return Delivery(plan=plan, outcome="nothing", notes=[f"{plan.nothing}: nothing written, nothing committed"])
-    if declined:
-        return Delivery(plan=plan, outcome="declined", notes=[
-            "declined: nothing written, nothing committed; the kernel stays in the run directory"])
-    if not plan.writable:
-        return Delivery(plan=plan, outcome="refused", notes=[f"not written: {plan.why_not_written()}"])
-    best = winner(info, records)
-    if best is None or (best.trajectory, best.turn) != (plan.kernel.trajectory, plan.kernel.turn):
-        raise ValueError("deliver() needs the records the plan was made from")
-    repo = gitops.find_repo(plan.kernel_path.parent)
+def refusals_ahead(task: Task, config: RunConfig, *, device: str, device_name: str,
+                   replace: bool = False) -> list[str]:
+    """What the delivery at the end would refuse, as far as it is known before the first turn,
+    each with what to do: targets with uncommitted changes (never overwritten), and without
+    --replace, targets git could not restore and a module that claims a kernel on this device
+    (a kernel of this run replaces it only if it is faster)."""
+    kernel_path, report = target_paths(task, config)
+    paths = _targets(kernel_path, report)
+    repo = gitops.find_repo(kernel_path.parent)
     try:
-        # The plan may have waited on a question: a target edited since then is not overwritten.
-        now = gitops.path_states(repo, plan.paths)
-        changed = [str(p) for p in plan.paths if now[p] != plan.states[p]]
-        if changed:
-            return Delivery(plan=plan, outcome="refused", notes=[
-                f"not written: {', '.join(changed)} changed since the plan was made; deliver again"])
-        delivery = _write(plan, task, info, records, best)
-        if plan.commit and repo is not None:
-            _commit(delivery, repo)
-        elif not plan.commit_wanted:
-            _left_uncommitted(delivery, "--no-commit")
-        else:
-            _left_uncommitted(delivery, "; ".join(plan.problems))
-        return delivery
+        states = gitops.path_states(repo, paths)
+        root = Path(repo.working_tree_dir) if repo is not None and repo.working_tree_dir else None
     finally:
         if repo is not None:
             repo.close()
-
-
-def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord],
-           best: Winner) -> Delivery:
-    plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
-    plan.kernel_path.write_text(render_kernel_module(task, best, info, stem=plan.kernel_path.stem), encoding="utf-8")
-    write_report_files(info, records, plan.report)
-    delivery = Delivery(plan=plan, outcome="written", written=plan.paths)
-    delivery.notes.append("wrote " + ", ".join(map(str, plan.paths)))
-    if plan.replaces is not None:
-        delivery.notes.append(f"replaced {plan.kernel_path.name}, which claimed {plan.replaces.describe()}")
-    if plan.flagged is not None:
-        delivery.notes.append(f"delivered although flagged: {plan.flagged}")
-    return delivery
-
-
-def _left_uncommitted(delivery: Delivery, why: str) -> None:
-    """Say that the written files are not committed, why, and which of them git does not track."""
-    plan = delivery.plan
-    fresh = [p.name for p in plan.paths if plan.states[p] in ("new", "untracked")]
-    if plan.repo_root is None:
-        state = ""
-    elif len(fresh) == len(plan.paths):
-        state = "; the files are untracked"
-    elif fresh:
-        state = f"; {', '.join(fresh)} untracked, the others modified"
-    else:
-        state = "; the files are modified, not committed"
-    delivery.notes.append(f"not committed: {why}{state}")
-
-
-def _commit(delivery: Delivery, repo) -> None:
-    plan = delivery.plan
-    try:
-        result = gitops.commit_paths(repo, plan.paths, plan.message, branch=plan.branch)
-    except GitError as exc:
-        _left_uncommitted(delivery, exc.message + (f" ({exc.hint})" if exc.hint else ""))
-        return
-    delivery.outcome, delivery.commit, delivery.branch = "committed", result.sha, result.branch
-    delivery.notes.append(f"committed {result.sha[:12]} on {result.branch}: {', '.join(result.paths)}")
+    kept = "the run goes on, and its kernels stay in its run directory"
+    said: list[str] = []
+    if modified := [shown_path(p, root) for p, s in states.items() if s == "modified"]:
+        said.append(f"{_modified_words(modified)}; until then {kept}")
+    if replace:
+        return said
+    if untracked := [shown_path(p, root) for p, s in states.items() if s == "untracked"]:
+        said.append(f"{_untracked_words(untracked, root is not None)}: pass --replace to overwrite; without it {kept}")
+    claim = read_claim(kernel_path) if states[kernel_path] != "new" else None
+    if claim is not None and claim.same_device(device, device_name):
+        said.append(f"{shown_path(kernel_path, root)} claims {claim.describe()}: a kernel of this run replaces "
+                    "it only if it is faster, or with --replace")
+    return said

@@ -1,0 +1,46 @@
+"""What the README promises a newcomer, checked against what is true."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from kevin_agent.cli import build_parser
+from kevin_agent.registry import build_registry
+
+from .clihelp import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def try_it() -> list[str]:
+    section = README.split("## Try it", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_try_it_installs_the_cpu_build_from_pytorchs_cpu_index():
+    installs = [line for line in try_it() if line.startswith("pip install torch")]
+    assert installs and "--index-url https://download.pytorch.org/whl/cpu" in installs[0]
+    assert "torch==2.13.0" in installs[0]
+    assert "CUDA build" in README  # and what the plain pin does elsewhere
+
+
+def test_try_it_runs_a_command_the_cli_takes():
+    (run,) = [line for line in try_it() if line.startswith("kevin-opt ")]
+    args = build_parser(build_registry()).parse_args(["run", *shlex.split(run)[1:]])
+    assert (args.device, args.backend, args.commit) == ("cpu", "scripted", False)
+    assert (REPO / args.file).is_file() and (REPO / args.responses).is_file()
+
+
+def test_the_readme_says_how_long_the_demo_and_the_tests_take():
+    assert re.search(r"about 4 minutes on 2 cores the first time .* about 40 s after that", README, re.S)
+    assert "about 25 minutes on 2 cores" in README
+
+
+def test_the_keys_the_readme_names_are_the_run_screens():
+    from kevin_agent.tui.screens.run import RunScreen
+
+    keys = {b.key: b.action.removeprefix("app.") for b in RunScreen.BINDINGS}
+    assert keys["e"] == "toggle_reasoning" and keys["v"] == "follow_live"
+    assert "`e` expand or collapse the reasoning" in README and "`v` view the live" in README
