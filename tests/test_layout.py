@@ -34,7 +34,8 @@ def test_no_module_outside_the_workers_imports_torch():
 
 def _imports() -> dict[str, set[str]]:
     """Every module of the package and the package's modules it imports (at the top or inside a
-    function: a circle through a deferred import is a circle all the same)."""
+    function: a circle through a deferred import is a circle all the same; not those for type
+    checkers alone)."""
     import ast
 
     root = REPO / "kevin_agent"
@@ -45,8 +46,15 @@ def _imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # Imports for type checkers only never run.
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+                       for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            elif isinstance(node, ast.ImportFrom):
                 base = package[: len(package) - node.level + 1] if node.level else []
                 target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
                 for alias in node.names:
