@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from kevin_agent.evaluate.parent.builds import build_once, warm_toolchain  # noqa: E402
 from kevin_agent.evaluate.toolchain.cache import build_paths  # noqa: E402
-from kevin_agent.parsing import parse_response  # noqa: E402
+from kevin_agent.engine.parsing import parse_response  # noqa: E402
 
 
 def kernels(device: str) -> list[tuple[str, str]]:

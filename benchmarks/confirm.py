@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from kevin_agent.config import RunConfig  # noqa: E402
 from kevin_agent.evaluate import LocalEvaluator, detect_device  # noqa: E402
-from kevin_agent.parsing import parse_response  # noqa: E402
+from kevin_agent.engine.parsing import parse_response  # noqa: E402
 from kevin_agent.task import load_task  # noqa: E402
 
 EXAMPLES = ["rmsnorm", "bias_gelu", "softmax"]

@@ -184,8 +184,8 @@ def make_prompts(model_dir: Path, trajectories: int, turn1_tokens: int, turn8_to
     prompt with seven earlier attempts, in an order of its own (so prompts part after the task)."""
     from transformers import AutoTokenizer
 
-    from kevin_agent.parsing import parse_response
-    from kevin_agent.prompting import Attempt, feedback_sentence, render_prompt
+    from kevin_agent.engine.parsing import parse_response
+    from kevin_agent.engine.prompting import Attempt, feedback_sentence, render_prompt
     from kevin_agent.results import Status
     from kevin_agent.task import load_task
 

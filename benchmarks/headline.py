@@ -40,7 +40,7 @@ def main() -> int:
 
     from kevin_agent.evaluate.toolchain.build import building
     from kevin_agent.evaluate.worker import timing
-    from kevin_agent.parsing import parse_response
+    from kevin_agent.engine.parsing import parse_response
 
     if not torch.cuda.is_available():
         print("no GPU: nothing to measure", file=sys.stderr)

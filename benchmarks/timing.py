@@ -287,7 +287,7 @@ def measure_outside(task_path: Path, build_dir: Path, cache_dir: Path, runs: int
 
 # --- the benchmark ------------------------------------------------------------------------
 def example_source(name: str) -> str:
-    from kevin_agent.parsing import parse_response
+    from kevin_agent.engine.parsing import parse_response
 
     lines = [ln for ln in (REPO / "examples" / f"{name}.cuda.jsonl").read_text().splitlines() if ln.strip()]
     return parse_response(json.loads(lines[-1])["text"]).code

@@ -260,7 +260,7 @@ def plain_build(source: str, env: dict[str, str]) -> float:
 
 def example_kernel(device: str) -> tuple[Path, str]:
     """examples/rmsnorm.py and the last kernel of its scripted responses for ``device``."""
-    from kevin_agent.parsing import parse_response
+    from kevin_agent.engine.parsing import parse_response
 
     lines = (REPO / "examples" / f"rmsnorm.{device}.jsonl").read_text().splitlines()
     codes = [parse_response(json.loads(line)["text"]).code for line in lines if line.strip()]

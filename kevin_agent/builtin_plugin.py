@@ -35,13 +35,13 @@ def register_backends(register):
 
 
 def _independent(config):
-    from .search import IndependentSearch
+    from .engine.search import IndependentSearch
 
     return IndependentSearch()
 
 
 def _beam(config):
-    from .search import BeamSearch, default_beam_width
+    from .engine.search import BeamSearch, default_beam_width
 
     width = config.beam_width or default_beam_width(config.trajectories)
     if width > config.trajectories:

@@ -171,7 +171,7 @@ def test_light_header_builds_a_kernel_without_the_frontend_and_refuses_torch_onl
 
 # --- gpu: the example kernels, loaded; the fallback ---------------------------------------------
 def _example_kernels() -> list[tuple[str, str]]:
-    from kevin_agent.parsing import parse_response
+    from kevin_agent.engine.parsing import parse_response
 
     out = []
     for path in sorted(EXAMPLES.glob("*.cuda.jsonl")):

@@ -13,7 +13,7 @@ import pytest
 
 from kevin_agent.checks.sources import STREAM_WORDS, find, lex
 from kevin_agent.checks import RULES, run_checks
-from kevin_agent.parsing import parse_response
+from kevin_agent.engine.parsing import parse_response
 
 CHEATS = Path(__file__).parent / "cheats"
 ROOT = Path(__file__).resolve().parent.parent

@@ -61,7 +61,7 @@ def test_no_verified_kernel_exits_1_and_show_prints_the_turn(tmp_path):
 
 
 def test_what_the_delivery_would_refuse_is_said_before_the_first_turn(tmp_path):
-    from kevin_agent.evaluate.cache import cpu_name
+    from kevin_agent.evaluate.toolchain.cache import cpu_name
 
     from .conftest import git_init
 

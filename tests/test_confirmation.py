@@ -18,14 +18,14 @@ from .test_evaluate_pipeline import FIXED_SCALE as TWICE_PLUS_ONE
 from .test_evaluate_pipeline import _settings as pipeline_settings
 from .test_tui import GOOD, RESPONSES, make_project, wait_for
 from kevin_agent.config import RunConfig
-from kevin_agent.confirmation import candidates, confirmation_key, current, winner
+from kevin_agent.engine.confirmation import candidates, confirmation_key, current, winner
 from kevin_agent.delivery import plan_delivery
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
 from kevin_agent.evaluate.worker.confirmation import MIN_ROUNDS, median_interval
 from kevin_agent.formatting import confirmed_line
-from kevin_agent.kernel_module import render_kernel_module
-from kevin_agent.launch import start_run
-from kevin_agent.report import build_report_data, render_markdown
+from kevin_agent.delivery.kernel_module import render_kernel_module
+from kevin_agent.run.launch import start_run
+from kevin_agent.delivery.report import build_report_data, render_markdown
 from kevin_agent.results import Confirmation, Confirmed, Status
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.screens.dialogs import ConfirmScreen

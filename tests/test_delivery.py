@@ -11,7 +11,7 @@ import pytest
 
 from kevin_agent.config import RunConfig
 from kevin_agent.delivery import Delivery, commit_message, deliver, plan_delivery
-from kevin_agent.kernel_module import read_claim, render_kernel_module
+from kevin_agent.delivery.kernel_module import read_claim, render_kernel_module
 from kevin_agent.results import Status
 
 from .conftest import git_init

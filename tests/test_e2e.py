@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from kevin_agent.kernel_module import read_claim
+from kevin_agent.delivery.kernel_module import read_claim
 
 from .clihelp import REPO, kevin
 from .conftest import git_init

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin_agent.parsing import parse_response
+from kevin_agent.engine.parsing import parse_response
 from kevin_agent.task import load_task
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.errors import GitError
-from kevin_agent.gitops import commit_paths, commit_problems, ensure_excluded, find_repo, path_states
+from kevin_agent.delivery.gitops import commit_paths, commit_problems, ensure_excluded, find_repo, path_states
 
 from .conftest import git_init
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kevin_agent.lineage import path_to, tree_lines
-from kevin_agent.report import render_markdown
+from kevin_agent.engine.lineage import path_to, tree_lines
+from kevin_agent.delivery.report import render_markdown
 from kevin_agent.results import Status
 
 from .run_records import correct, failed, run_info, sample_records, write_task

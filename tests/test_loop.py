@@ -12,10 +12,10 @@ import pytest
 
 from kevin_agent.backends.scripted import ScriptedBackend
 from kevin_agent.config import RunConfig
-from kevin_agent.launch import resume_run, start_run
+from kevin_agent.run.launch import resume_run, start_run
 from kevin_agent.registry import build_registry
 from kevin_agent.results import Stage, Status, TurnRecord
-from kevin_agent.store import RunStore
+from kevin_agent.run.store import RunStore
 
 TASK = '''import torch
 import torch.nn as nn
@@ -121,7 +121,7 @@ def test_abort_ends_the_run_now_records_nothing_in_flight_and_resume_redoes_it(t
 
 def test_lineage_follows_parents_back_through_branches():
     from kevin_agent.protocols import Slot
-    from kevin_agent.search import IndependentSearch, lineage
+    from kevin_agent.engine.search import IndependentSearch, lineage
 
     def rec(t, n, parent=None, parent_turn=None):
         return TurnRecord(trajectory=t, turn=n, parent_trajectory=parent, parent_turn=parent_turn,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kevin_agent.parsing import ParsedResponse, parse_response
+from kevin_agent.engine.parsing import ParsedResponse, parse_response
 
 KERNEL = '''import torch
 import torch.nn as nn

@@ -6,8 +6,8 @@ import io
 import time
 
 from kevin_agent import events as ev
-from kevin_agent import progress
-from kevin_agent.progress import ProgressPrinter
+from kevin_agent.cli import progress
+from kevin_agent.cli.progress import ProgressPrinter
 from kevin_agent.results import BestKernel, CheckResult, ConfirmedSpeedup, Stage, Status, TurnRecord, Violation
 
 from .run_records import correct

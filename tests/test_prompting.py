@@ -9,9 +9,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from kevin_agent import prompting
+from kevin_agent.engine import prompting
 from kevin_agent.errors import ConfigError
-from kevin_agent.prompting import (
+from kevin_agent.engine.prompting import (
     Attempt,
     RenderedPrompt,
     feedback_sentence,

@@ -35,7 +35,7 @@ def test_builtins_come_through_the_same_hooks():
 
 SEARCH_PLUGIN = '''
 from kevin_agent.hookspecs import hookimpl
-from kevin_agent.search import IndependentSearch
+from kevin_agent.engine.search import IndependentSearch
 
 class EveryOther(IndependentSearch):
     pass

@@ -9,8 +9,8 @@ import sys
 
 from .run_records import correct, failed, run_info, sample_records, write_task
 
-from kevin_agent.kernel_module import render_kernel_module
-from kevin_agent.report import build_report_data, render_markdown, write_report
+from kevin_agent.delivery.kernel_module import render_kernel_module
+from kevin_agent.delivery.report import build_report_data, render_markdown, write_report
 from kevin_agent.results import Status, best_record
 
 PURE_CANDIDATE = '''\
@@ -111,7 +111,7 @@ def test_write_report_writes_md_json_and_png(tmp_path):
 def test_chart_changes_with_the_data(tmp_path):
     # The chart is drawn from the records, not a fixed image.
     a, b = tmp_path / "a.png", tmp_path / "b.png"
-    from kevin_agent.report import plot_speedups
+    from kevin_agent.delivery.report import plot_speedups
 
     info = run_info(write_task(tmp_path))
     plot_speedups(info, sample_records(), a)

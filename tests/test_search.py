@@ -14,11 +14,11 @@ import pytest
 from kevin_agent.backends.scripted import ScriptedBackend
 from kevin_agent.config import RunConfig
 from kevin_agent.errors import ConfigError
-from kevin_agent.launch import resume_run, start_run
+from kevin_agent.run.launch import resume_run, start_run
 from kevin_agent.registry import build_registry
 from kevin_agent.results import EvalResult, Stage, Status, TurnRecord
-from kevin_agent.search import BeamSearch, default_beam_width, rank_key
-from kevin_agent.store import RunStore
+from kevin_agent.engine.search import BeamSearch, default_beam_width, rank_key
+from kevin_agent.run.store import RunStore
 
 from .test_loop import TASK, Events
 

@@ -14,7 +14,7 @@ from .clihelp import REPO, kevin  # noqa: E402
 from .run_records import correct, run_info, write_task  # noqa: E402
 
 from kevin_agent.cli import build_parser  # noqa: E402
-from kevin_agent.commands import config_overrides  # noqa: E402
+from kevin_agent.cli.commands import config_overrides  # noqa: E402
 from kevin_agent.config import load_config  # noqa: E402
 from kevin_agent.evaluate.worker.correctness import Mismatch, Outcome, compare, set_reference_tf32, tolerance  # noqa: E402
 from kevin_agent.evaluate.worker.graphs import graph_column  # noqa: E402
@@ -22,9 +22,9 @@ from kevin_agent.evaluate.plausibility import BANDWIDTH_HEADROOM, implausibility
 from kevin_agent.evaluate.worker.timing import (HIDDEN_ABS_MS, HIDDEN_REL, NotCapturable, Runs, Timer,  # noqa: E402
                                          graph_calls, hidden_work, hidden_work_refusal)
 from kevin_agent.formatting import fmt_graph, fmt_tolerance  # noqa: E402
-from kevin_agent.kernel_module import header_lines  # noqa: E402
+from kevin_agent.delivery.kernel_module import header_lines  # noqa: E402
 from kevin_agent.registry import build_registry  # noqa: E402
-from kevin_agent.report import build_report_data, render_markdown  # noqa: E402
+from kevin_agent.delivery.report import build_report_data, render_markdown  # noqa: E402
 from kevin_agent.results import GraphTiming, SyncCheck  # noqa: E402
 
 GB_S = 1e6  # bytes per ms in one GB/s
@@ -217,7 +217,7 @@ RMSNORM_OFF_BY_1E3 = (REPO / "examples" / "rmsnorm.py").read_text().replace(
 def test_check_with_the_kernelbench_preset(tmp_path):
     """The example's C++ kernel against a reference 0.1% off: incorrect under strict, correct under
     kernelbench, and the JSON says which was used (the kernel is one the e2e tests build too)."""
-    from kevin_agent.parsing import parse_response
+    from kevin_agent.engine.parsing import parse_response
 
     lines = (REPO / "examples" / "rmsnorm.cpu.jsonl").read_text().splitlines()
     (tmp_path / "rmsnorm.py").write_text(RMSNORM_OFF_BY_1E3)

@@ -271,7 +271,7 @@ def test_eval_gpu_beyond_the_gpus_exits_2_before_anything_starts(tmp_path):
 
 def test_flags_reach_the_settings():
     from kevin_agent.cli import build_parser
-    from kevin_agent.commands import config_overrides
+    from kevin_agent.cli.commands import config_overrides
     from kevin_agent.config import load_config
     from kevin_agent.registry import build_registry
 

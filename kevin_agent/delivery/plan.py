@@ -19,12 +19,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .. import gitops
+from . import gitops
 from ..config import RunConfig
-from ..confirmation import Winner, current, winner
+from ..engine.confirmation import Winner, current, winner
 from ..formatting import fmt_confirmed
-from ..kernel_module import KernelClaim, kernel_claim, module_stem, read_claim
-from ..report import ReportPaths, report_stem_paths
+from .kernel_module import KernelClaim, kernel_claim, module_stem, read_claim
+from .report import ReportPaths, report_stem_paths
 from ..results import RunInfo, TurnRecord
 from ..task import Task
 

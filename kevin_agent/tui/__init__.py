@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import finish
+from ..run import finish
 from .app import EngineFactory, KevinApp
 
 if TYPE_CHECKING:

@@ -24,13 +24,13 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
-from .. import finish
+from ..run import finish
 from ..errors import KevinError, RunLocked
 from ..formatting import confirmed_line
-from ..interrupts import kill_run_processes, signal_name
+from ..run.interrupts import kill_run_processes, signal_name
 from ..protocols import EventSink
-from ..runlock import lock_owner
-from ..store import default_runs_root
+from ..run.runlock import lock_owner
+from ..run.store import default_runs_root
 from .notices import Notices
 from .messages import (
     ConfirmationFinishedMessage,
@@ -53,7 +53,7 @@ from .signals import AppSignals
 
 if TYPE_CHECKING:
     from ..delivery import Delivery, DeliveryPlan
-    from ..loop import Engine, RunOutcome
+    from ..engine.loop import Engine, RunOutcome
     from ..results import TurnRecord
 
 EngineFactory = Callable[[EventSink], "Engine"]
@@ -214,7 +214,7 @@ class KevinApp(App[int]):
                 kill_run_processes()  # a build that started while the abort was under way
 
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
-        from ..launch import resume_run
+        from ..run.launch import resume_run
 
         return resume_run(run_id, sink, runs_root=self.history_root(), replace=self.replace)
 
@@ -230,7 +230,7 @@ class KevinApp(App[int]):
             refused = RunLocked.held_by(run_id, owner)
             self.notify(f"{refused.message}\nhint: {refused.hint}", severity="warning", timeout=15, markup=False)
             return
-        from ..store import read_info
+        from ..run.store import read_info
 
         status = read_info(run_dir).status
         if status in FINISHED:

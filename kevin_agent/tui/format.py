@@ -17,7 +17,7 @@ from textual.content import Content
 from textual.highlight import HighlightTheme, highlight
 
 from ..formatting import fmt_graph, fmt_ms, fmt_seconds, fmt_speedup, fmt_tolerance, stage_times
-from ..parsing import THINK_CLOSE, THINK_OPEN
+from ..engine.parsing import THINK_CLOSE, THINK_OPEN
 from ..results import Confirmed, EvalResult, Status, TurnRecord
 
 

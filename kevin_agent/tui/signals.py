@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 
-from ..interrupts import HANDLED, Deadline, Terminal
+from ..run.interrupts import HANDLED, Deadline, Terminal
 
 HANGUP_GRACE_S = 5.0
 """After a hangup: long enough for the engine to unwind and record the run, short for a person

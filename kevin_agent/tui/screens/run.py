@@ -17,7 +17,7 @@ from ...events import (ConfirmationFinished, ConfirmationStarted, Event, RunFini
                        TurnStarted)
 from ...formatting import fmt_clock, fmt_speedup
 from ...results import BestKernel, TurnRecord
-from ...store import read_records
+from ...run.store import read_records
 from ..state import Key, RunState, TurnKey
 from ..widgets import FeedbackView, FitHeader, ModelOutput, SpeedupChart, TurnList
 

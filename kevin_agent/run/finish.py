@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .confirmation import current, winner
-from .console import print_error, write_json
-from .delivery import Delivery, DeliveryPlan, deliver, plan_delivery
-from .errors import ExitCode, KevinError
+from ..engine.confirmation import current, winner
+from ..cli.console import print_error, write_json
+from ..delivery import Delivery, DeliveryPlan, deliver, plan_delivery
+from ..errors import ExitCode, KevinError
 from .interrupts import signal_name
-from .report import render_markdown
-from .results import TurnRecord
+from ..delivery.report import render_markdown
+from ..results import TurnRecord
 
 if TYPE_CHECKING:
-    from .loop import Engine, RunOutcome
-    from .registry import Registry
+    from ..engine.loop import Engine, RunOutcome
+    from ..registry import Registry
 
 DELIVERED_AFTER = {"completed", "target_reached", "stopped"}
 """Run endings after which the best kernel is delivered; an interrupted or failed run is resumed instead."""

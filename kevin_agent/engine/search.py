@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .protocols import Slot
-from .results import Status, TurnRecord, continued_from
+from ..protocols import Slot
+from ..results import Status, TurnRecord, continued_from
 
 #: Failures ranked by how far the candidate got (higher is better); correct turns rank by score.
 PROGRESS = {

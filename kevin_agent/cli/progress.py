@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-from . import events as ev
-from .formatting import best_words, confirmed_line, cut_words, fmt_clock, fmt_seconds, fmt_speedup, marked_speedup
-from .results import BestKernel, Status, TurnRecord
+from .. import events as ev
+from ..formatting import best_words, confirmed_line, cut_words, fmt_clock, fmt_seconds, fmt_speedup, marked_speedup
+from ..results import BestKernel, Status, TurnRecord
 
 ERROR_WIDTH = 160
 """An error's line in a progress line is cut (at a word) to this many characters."""

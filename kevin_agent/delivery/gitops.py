@@ -21,7 +21,7 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 import git  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from .errors import GitError  # noqa: E402
+from ..errors import GitError  # noqa: E402
 
 HOOK_TIMEOUT_S = 600.0
 IN_PROGRESS = (

@@ -32,16 +32,16 @@ from concurrent.futures import Future, as_completed
 
 from pydantic import BaseModel
 
-from . import events as ev
-from .config import RunConfig
+from .. import events as ev
+from ..config import RunConfig
 from .confirmation import candidates, confirmation_key, winner
 from .parsing import parse_response
 from .prompting import Attempt, RenderedPrompt, feedback_sentence, render_prompt
-from .protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
-from .results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
+from ..protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
+from ..results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
 from .search import IndependentSearch, lineage
-from .store import RunStore, now_iso
-from .task import Task
+from ..run.store import RunStore, now_iso
+from ..task import Task
 
 CheckFn = Callable[[str, str], CheckResult]
 

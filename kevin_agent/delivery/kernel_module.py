@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from .confirmation import Winner
-from .formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
-from .results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
-from .task import Task
+from ..engine.confirmation import Winner
+from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
+from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
+from ..task import Task
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
 _HEADER_LINES = 80

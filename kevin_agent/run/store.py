@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .errors import RunNotFound
-from .results import BestKernel, RunInfo, TurnRecord
+from ..errors import RunNotFound
+from ..results import BestKernel, RunInfo, TurnRecord
 from .runlock import RunLock, lock_owner
 
 RUN_JSON = "run.json"

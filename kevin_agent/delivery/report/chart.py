@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..confirmation import winner
-from ..results import RunInfo, TurnRecord
+from ...engine.confirmation import winner
+from ...results import RunInfo, TurnRecord
 
 
 def plot_speedups(info: RunInfo, records: Sequence[TurnRecord], path: Path) -> None:

@@ -13,9 +13,9 @@ import signal
 import sys
 from pathlib import Path
 
-from . import __version__
-from .config import RunConfig, field_help
-from .errors import ExitCode, KevinError
+from .. import __version__
+from ..config import RunConfig, field_help
+from ..errors import ExitCode, KevinError
 
 SUBCOMMANDS = {"run", "check", "history", "show", "resume"}
 STORE_HELP = ("where the runs are stored (default: .kevin/runs at the top of the git repository that holds the "
@@ -180,7 +180,7 @@ def normalize_argv(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     from .console import print_error
-    from .registry import build_registry
+    from ..registry import build_registry
 
     registry = build_registry()
     for problem in registry.load_errors:
@@ -199,7 +199,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print("kevin-opt: interrupted", file=sys.stderr)
         return ExitCode.for_signal(getattr(exc, "signum", signal.SIGINT))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

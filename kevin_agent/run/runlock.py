@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RunLocked
+from ..errors import RunLocked
 
 LOCK_FILE = "lock"
 _ACQUIRE_TRIES_S = 1.0

@@ -7,17 +7,17 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, load_config
+from ..config import RunConfig, load_config
 from .console import interactive, write_json
-from .errors import ExitCode, KevinError, UsageError
-from .confirmation import best_of_run, confirmed_turns
-from .formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
+from ..errors import ExitCode, KevinError, UsageError
+from ..engine.confirmation import best_of_run, confirmed_turns
+from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
                          fmt_speedup, marked_speedup, second_look, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
-from .registry import Registry
-from .results import Status
-from .lineage import tree_lines
-from .store import RunStore, default_runs_root, effective_status, list_runs
+from ..registry import Registry
+from ..results import Status
+from ..engine.lineage import tree_lines
+from ..run.store import RunStore, default_runs_root, effective_status, list_runs
 
 
 def config_overrides(args) -> dict[str, Any]:
@@ -42,8 +42,8 @@ def dispatch(args, registry: Registry) -> int:
 # --- run / resume ------------------------------------------------------------------------------
 def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
     """`run FILE` and `resume RUN`: in the TUI on a terminal, else headless; one finish path."""
-    from . import launch
-    from .finish import Outputs
+    from ..run import launch
+    from ..run.finish import Outputs
 
     outputs = Outputs.from_args(args, registry)
     if resume:
@@ -62,7 +62,7 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
         run_id = None
         runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
     if interactive(args):
-        from .tui import run_tui
+        from ..tui import run_tui
 
         return run_tui(start, runs_root=runs_root, outputs=outputs, registry=registry, replace=args.replace,
                        accept_flagged=args.accept_flagged, run_id=run_id)
@@ -73,8 +73,8 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
 def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: str | None,
                  accept_flagged: bool = False) -> int:
     """Drive a run in this thread with progress on stderr; signals end it through ``interrupts``."""
-    from .finish import Ending, close, execute, make_plan
-    from .interrupts import HeadlessSignals, kill_run_processes
+    from ..run.finish import Ending, close, execute, make_plan
+    from ..run.interrupts import HeadlessSignals, kill_run_processes
 
     ending = Ending(run_id=run_id)
     printer = ProgressPrinter()
@@ -112,7 +112,7 @@ def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: s
 # --- check -------------------------------------------------------------------------------------
 def read_candidate(path: Path) -> str:
     """A candidate is a .py file, or a saved model response holding a code block."""
-    from .parsing import parse_response
+    from ..engine.parsing import parse_response
 
     if not path.is_file():
         raise UsageError(f"{path}: no such candidate file", "pass a Python file that defines ModelNew")
@@ -127,9 +127,9 @@ def read_candidate(path: Path) -> str:
 
 
 def cmd_check(args, registry: Registry) -> int:
-    from .results import Status
-    from .launch import resolve_device
-    from .task import load_task
+    from ..results import Status
+    from ..run.launch import resolve_device
+    from ..task import load_task
 
     config = load_config(config_overrides(args))
     task = load_task(args.reference, config.class_name)
@@ -197,7 +197,7 @@ def cmd_check(args, registry: Registry) -> int:
 def cmd_history(args, registry: Registry) -> int:
     root = args.run_dir or default_runs_root()
     if interactive(args) and not args.plain and not args.json_out:
-        from .tui import history_tui
+        from ..tui import history_tui
 
         return history_tui(root, registry)
     runs = list_runs(root)

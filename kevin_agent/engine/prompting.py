@@ -17,9 +17,9 @@ from pathlib import Path
 import jinja2
 from pydantic import BaseModel
 
-from .errors import ConfigError
-from .results import Status
-from .task import Task
+from ..errors import ConfigError
+from ..results import Status
+from ..task import Task
 
 #: Error text fed back to the model is cut to this many lines and characters: a full
 #: compiler log can run to thousands of lines, and the first errors are the ones to fix.
@@ -55,7 +55,7 @@ def prompts_dir():
     try:
         return resources.files("kevin_agent.prompts")
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[1] / "prompts"
+        return Path(__file__).resolve().parents[2] / "prompts"
 
 
 class _PackageLoader(jinja2.BaseLoader):

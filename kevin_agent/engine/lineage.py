@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .formatting import fmt_speedup
-from .results import Status, TurnRecord
+from ..formatting import fmt_speedup
+from ..results import Status, TurnRecord
 
 Key = tuple[int, int]
 

@@ -10,23 +10,24 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from . import __version__, gitops
-from .config import RunConfig, load_config
-from .errors import ConfigError, TaskError
-from .events import Notice
-from .gpus import detect_gpus, eval_worker_env, plan_gpus
-from .loop import Engine
-from .protocols import EventSink
-from .registry import Registry, build_registry
-from .results import RunInfo, TaskRef
+from ..delivery import gitops
+from .. import __version__
+from ..config import RunConfig, load_config
+from ..errors import ConfigError, TaskError
+from ..events import Notice
+from ..gpus import detect_gpus, eval_worker_env, plan_gpus
+from ..engine.loop import Engine
+from ..protocols import EventSink
+from ..registry import Registry, build_registry
+from ..results import RunInfo, TaskRef
 from .store import RunStore, default_runs_root, new_run_id, now_iso
-from .task import Task, load_task
+from ..task import Task, load_task
 
 
 def resolve_device(config: RunConfig) -> str:
     if config.device:
         return config.device
-    from .evaluate import detect_device
+    from ..evaluate import detect_device
 
     return detect_device()
 
@@ -85,7 +86,7 @@ def _keep_out_of_git(runs_root: Path) -> None:
 
 def _say_refusals_ahead(task: Task, config: RunConfig, evaluator, sink: EventSink, replace: bool) -> None:
     """What the delivery at the end would refuse, said before the first turn."""
-    from .delivery import refusals_ahead
+    from ..delivery import refusals_ahead
 
     for text in refusals_ahead(task, config, device=config.device, device_name=evaluator.device_name,
                                replace=replace):
@@ -136,7 +137,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
 def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
     """Trajectories not given: as many as the backend serves without preemption (the vllm
     backend knows its KV cache once started), up to the paper's 16. Also the first line's note."""
-    from .backends.capacity import (default_trajectories, model_shape, room_flags, sequences_with_fp8_weights,
+    from ..backends.capacity import (default_trajectories, model_shape, room_flags, sequences_with_fp8_weights,
                                     trajectories_note)
 
     fit = getattr(backend, "sequences_that_fit", None)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..confirmation import Winner, current, winner
-from ..formatting import confirmed_line, fmt_launched, fmt_memory, fmt_signatures, fmt_tolerance
-from ..lineage import outcome, path_to, tree_lines
-from ..results import Confirmation, EvalResult, LaunchedTiming, RunInfo, StageTimes, Status, TimingStats, TurnRecord
+from ...engine.confirmation import Winner, current, winner
+from ...formatting import confirmed_line, fmt_launched, fmt_memory, fmt_signatures, fmt_tolerance
+from ...engine.lineage import outcome, path_to, tree_lines
+from ...results import Confirmation, EvalResult, LaunchedTiming, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 from .data import stage_totals
 
 STATUS_LABELS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..results import RunInfo, TurnRecord
+from ...results import RunInfo, TurnRecord
 from .chart import plot_speedups
 from .data import build_report_data
 from .markdown import render_markdown

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..confirmation import current, winner
-from ..results import Confirmation, EvalResult, RunInfo, StageTimes, TimingStats, TurnRecord
+from ...engine.confirmation import current, winner
+from ...results import Confirmation, EvalResult, RunInfo, StageTimes, TimingStats, TurnRecord
 
 REPORT_FORMAT = 3
 """Version of the JSON report layout; bumped when a field changes meaning (2: cuda times are GPU

@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .results import (Confirmation, Confirmed, ConfirmedSpeedup, RunInfo, TurnRecord, best_record,
+from ..results import (Confirmation, Confirmed, ConfirmedSpeedup, RunInfo, TurnRecord, best_record,
                       implausible_flag)
 
 
