@@ -179,7 +179,7 @@ def normalize_argv(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
-    from .console import print_error
+    from ..console import print_error
     from ..registry import build_registry
 
     registry = build_registry()

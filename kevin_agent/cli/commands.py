@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, load_config
-from .console import interactive, write_json
-from ..errors import ExitCode, KevinError, UsageError
+from ..console import interactive, write_json
+from ..errors import ExitCode, UsageError
 from ..engine.confirmation import best_of_run, confirmed_turns
 from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
                          fmt_speedup, marked_speedup, second_look, stage_times)
@@ -73,8 +73,8 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
 def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: str | None,
                  accept_flagged: bool = False) -> int:
     """Drive a run in this thread with progress on stderr; signals end it through ``interrupts``."""
-    from ..run.finish import Ending, close, execute, make_plan
-    from ..run.interrupts import HeadlessSignals, kill_run_processes
+    from ..run.finish import Ending, close, drive, execute, make_plan
+    from ..run.interrupts import HeadlessSignals
 
     ending = Ending(run_id=run_id)
     printer = ProgressPrinter()
@@ -88,17 +88,9 @@ def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: s
         try:
             signals.attach(engine)
             try:
-                ending.outcome = engine.run()
-            except KevinError as exc:
-                # The backend or environment failed mid-run: the finished turns are kept.
-                ending.error = exc
-            except KeyboardInterrupt as exc:
-                ending.signum = getattr(exc, "signum", signal.SIGINT)
+                drive(engine, ending)
             finally:
                 signals.detach()
-                engine.close()
-                if engine.aborted:
-                    kill_run_processes()  # a build that started while the abort was under way
             if signals.signum is not None:
                 ending.signum = signals.signum  # the first signal says how the run ended
             if ending.wants_delivery():

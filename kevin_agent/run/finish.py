@@ -10,13 +10,14 @@ wording are here and in ``delivery``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..engine.confirmation import current, winner
-from ..cli.console import print_error, write_json
+from ..console import print_error, write_json
 from ..delivery import Delivery, DeliveryPlan, deliver, plan_delivery
 from ..errors import ExitCode, KevinError
 from .interrupts import signal_name
@@ -100,6 +101,26 @@ class Ending:
             saved = f"{len(engine.records)} finished turns are saved. " if engine is not None else ""
             out.append(f"{saved}Continue with: kevin-opt resume {run_id}")
         return out
+
+
+def drive(engine: Engine, ending: Ending) -> None:
+    """Run ``engine`` to its end in this thread, the same for the command line and the terminal UI,
+    and say in ``ending`` how it ended: its outcome, the user-facing error that stopped it mid-run
+    (the finished turns are kept), or the interrupt. The engine is closed whatever happens, and a
+    build that started while an abort was under way is killed."""
+    from .interrupts import kill_run_processes
+
+    ending.engine = engine
+    try:
+        ending.outcome = engine.run()
+    except KevinError as exc:
+        ending.error = exc
+    except KeyboardInterrupt as exc:
+        ending.signum = getattr(exc, "signum", signal.SIGINT)
+    finally:
+        engine.close()
+        if engine.aborted:
+            kill_run_processes()
 
 
 def make_plan(engine: Engine, *, replace: bool = False, accept_flagged: bool = False,

@@ -206,12 +206,11 @@ class KevinApp(App[int]):
             engine.abort()  # the signal came while the engine was being made
         elif self._quitting:
             engine.halt()  # so did the person's quit
-        try:
-            return engine.run()
-        finally:
-            engine.close()
-            if engine.aborted:
-                kill_run_processes()  # a build that started while the abort was under way
+        ending = finish.Ending()
+        finish.drive(engine, ending)
+        if ending.error is not None:
+            raise ending.error  # the worker's failure handler says it, as for any error here
+        return ending.outcome
 
     def _resume_from_store(self, run_id: str, sink: EventSink) -> Engine:
         from ..run.launch import resume_run

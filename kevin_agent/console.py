@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import KevinError
+from .errors import KevinError
 
 
 def print_error(exc: KevinError, stream: TextIO | None = None) -> int:
