@@ -1,0 +1,317 @@
+"""The JSON files kevin-opt writes for people and their tools, each one model with the same names
+for the same facts: the run's ``--json`` summary, the report's ``.json``, ``kevin-opt check --json``
+and ``kevin-opt history --json``. ``docs/records.md`` describes them field by field.
+
+Every file carries ``schema`` (``SCHEMA``, bumped when a field changes meaning or is removed) and
+``kind``. A turn is the same ``TurnView`` in every file; a time is milliseconds in a field ending
+``_ms``; a speedup is the eager reference's time over the kernel's. ``to_json`` is the one
+serializer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .confirmation import Confirmed, ConfirmedSpeedup
+from .evaluation import (
+    EvalResult,
+    GraphTiming,
+    LaunchedTiming,
+    MemoryUse,
+    RuntimeFloor,
+    SignatureTiming,
+    StageTimes,
+    SyncCheck,
+    TimingStats,
+)
+from .turns import TurnRecord
+
+SCHEMA = 1
+"""The layout of every JSON record below (1: the first shared layout; the report's own ``format``
+3 and the summary's unnumbered fields before it map as ``docs/records.md`` says)."""
+
+
+def to_json(record: BaseModel) -> str:
+    """The one way a record becomes a file."""
+    return record.model_dump_json(indent=2) + "\n"
+
+
+def _ms(stats: TimingStats | None) -> float | None:
+    return stats.median_ms if stats is not None else None
+
+
+class TurnView(BaseModel):
+    """One turn, as every record lists it."""
+
+    trajectory: int
+    turn: int
+    parent_trajectory: int | None = None
+    parent_turn: int | None = None
+    status: str
+    speedup: float | None = None
+    """The turn's own speedup (verified turns only)."""
+    speedup_vs_compile: float | None = None
+    runtime_ms: float | None = None
+    """The kernel's median time in its turn."""
+    reference_ms: float | None = None
+    """The eager reference's median time in the same worker."""
+    feedback: str = ""
+    flags: list[str] = Field(default_factory=list)
+    implausible: bool = False
+    kernel_path: str | None = None
+    """The kernel's source, relative to the run directory."""
+
+    @classmethod
+    def of(cls, rec: TurnRecord) -> TurnView:
+        ev = rec.eval
+        return cls(trajectory=rec.trajectory, turn=rec.turn, parent_trajectory=rec.parent_trajectory,
+                   parent_turn=rec.parent_turn, status=rec.status.value, speedup=rec.speedup,
+                   speedup_vs_compile=ev.speedup_vs_compile if ev is not None and rec.correct else None,
+                   runtime_ms=_ms(ev.runtime) if ev is not None else None,
+                   reference_ms=_ms(ev.reference) if ev is not None else None, feedback=rec.feedback,
+                   flags=list(ev.flags) if ev is not None else [], implausible=bool(ev and ev.implausible),
+                   kernel_path=rec.kernel_path)
+
+
+def turn_views(records) -> list[TurnView]:
+    """Every turn, trajectory by trajectory, in the order they happened."""
+    return [TurnView.of(r) for r in sorted(records, key=lambda r: (r.trajectory, r.turn))]
+
+
+class Timings(BaseModel):
+    """The best kernel's times (its confirmation's where it was confirmed)."""
+
+    kernel: TimingStats | None = None
+    eager: TimingStats | None = None
+    torch_compile: TimingStats | None = None
+
+
+class Correctness(BaseModel):
+    trials: int = 0
+    trials_passed: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    tolerance: str | None = None
+    reference_tf32: bool | None = None
+
+    @classmethod
+    def of(cls, ev: EvalResult) -> Correctness:
+        return cls(**ev.model_dump(include=set(cls.model_fields)))
+
+
+class BestView(BaseModel):
+    """The winner of a run: its confirmed numbers where it was confirmed, its turn's beside them."""
+
+    trajectory: int
+    turn: int
+    speedup: float
+    """The confirmed median where the run was confirmed, else the turn's own speedup."""
+    speedup_vs_compile: float | None = None
+    run_speedup: float | None = None
+    """The turn's own speedup."""
+    confirmation: ConfirmedSpeedup | None = None
+    implausible: bool = False
+    flag: str | None = None
+    """Why it is flagged (the physical floor it beat), when ``implausible``."""
+    runtime_ms: float | None = None
+    reference_ms: float | None = None
+    kernel_path: str | None = None
+    device_name: str = ""
+    timings: Timings | None = None
+    cuda_graph: GraphTiming | None = None
+    launched: LaunchedTiming | None = None
+    signatures: list[SignatureTiming] = Field(default_factory=list)
+    weighted_speedup: float | None = None
+    memory: MemoryUse | None = None
+    sync_check: SyncCheck | None = None
+    floor: RuntimeFloor | None = None
+    correctness: Correctness | None = None
+    flags: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, best, kernel_path: str | None) -> BestView:
+        """``best``: an ``engine.confirmation.Winner``."""
+        ev, confirmed = best.record.eval, best.confirmed
+        times = confirmed if confirmed is not None else ev
+        evidence = confirmed or ev
+        return cls(
+            trajectory=best.trajectory, turn=best.turn, speedup=best.speedup,
+            speedup_vs_compile=best.speedup_vs_compile, run_speedup=best.record.speedup,
+            confirmation=best.headline, implausible=best.flag is not None, flag=best.flag,
+            runtime_ms=_ms(times.runtime) if times is not None else None,
+            reference_ms=_ms(times.reference) if times is not None else None, kernel_path=kernel_path,
+            device_name=ev.device_name if ev is not None else "",
+            timings=Timings(kernel=times.runtime, eager=times.reference, torch_compile=times.compiled_reference)
+            if times is not None else None,
+            cuda_graph=ev.graph if ev is not None else None,
+            launched=(times.launched if times is not None else None),
+            signatures=list(ev.signatures) if ev is not None else [],
+            weighted_speedup=ev.weighted_speedup if ev is not None else None,
+            memory=ev.memory if ev is not None else None, sync_check=ev.sync if ev is not None else None,
+            floor=evidence.floor if evidence is not None else None,
+            correctness=Correctness.of(ev) if ev is not None else None,
+            flags=list(dict.fromkeys((ev.flags if ev is not None else []) + (confirmed.flags if confirmed else []))))
+
+
+class DeliveryView(BaseModel):
+    outcome: str
+    headline: str
+    plan: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class RunSummary(BaseModel):
+    """``kevin-opt run --json PATH``: how the run ended and what it delivered."""
+
+    schema_: int = Field(SCHEMA, alias="schema")
+    kind: Literal["run-summary"] = "run-summary"
+    run_id: str
+    task: str
+    device: str
+    device_name: str = ""
+    backend: str
+    model: str
+    run_dir: str
+    reason: str
+    exit_code: int
+    error: str | None = None
+    signal: str | None = None
+    turns: list[TurnView]
+    best: BestView | None = None
+    confirmation: list[Confirmed] | None = None
+    delivery: DeliveryView | None = None
+    commit: str | None = None
+    kernel_module: str | None = None
+    report: dict | None = None
+    """Where the report's files went (``ReportPaths``)."""
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+
+class CheckRecord(BaseModel):
+    """``kevin-opt check --json PATH``: one candidate against a task."""
+
+    schema_: int = Field(SCHEMA, alias="schema")
+    kind: Literal["check"] = "check"
+    status: str
+    correct: bool
+    speedup: float | None = None
+    speedup_vs_compile: float | None = None
+    runtime_ms: float | None = None
+    reference_ms: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    tolerance: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    reference_tf32: bool | None = None
+    implausible: bool = False
+    floor_ms: float | None = None
+    cuda_graph: GraphTiming | None = None
+    launched: LaunchedTiming | None = None
+    signatures: list[SignatureTiming] = Field(default_factory=list)
+    weighted_speedup: float | None = None
+    sync_check: SyncCheck | None = None
+    memory: MemoryUse | None = None
+    memory_ratio: float | None = None
+    """Peak reserved memory over the task's footprint."""
+    stage_s: StageTimes | None = None
+    wall_s: float | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+    @classmethod
+    def of(cls, status: str, result: EvalResult | None, reasons: list[str], *, tolerance: str,
+           reference_tf32: bool) -> CheckRecord:
+        r = result
+        return cls(
+            status=status, correct=bool(r and r.correct), speedup=r.speedup if r else None,
+            speedup_vs_compile=r.speedup_vs_compile if r else None, runtime_ms=_ms(r.runtime) if r else None,
+            reference_ms=_ms(r.reference) if r else None, max_abs_err=r.max_abs_err if r else None,
+            max_rel_err=r.max_rel_err if r else None, tolerance=r.tolerance if r else tolerance,
+            atol=r.atol if r else None, rtol=r.rtol if r else None,
+            reference_tf32=r.reference_tf32 if r else reference_tf32, implausible=bool(r and r.implausible),
+            floor_ms=r.floor.floor_ms if r and r.floor else None, cuda_graph=r.graph if r else None,
+            launched=r.launched if r else None, signatures=list(r.signatures) if r else [],
+            weighted_speedup=r.weighted_speedup if r else None, sync_check=r.sync if r else None,
+            memory=r.memory if r else None, memory_ratio=round(r.memory.ratio, 3) if r and r.memory else None,
+            stage_s=r.stage_s if r else None, wall_s=r.wall_s if r else None, reasons=reasons)
+
+
+class TaskView(BaseModel):
+    file: str
+    """The task file's name only: the report is committed, the person's absolute paths are not."""
+    name: str
+    class_name: str
+    digest: str
+
+
+class ConfirmationView(BaseModel):
+    seed: int
+    created_at: str = ""
+    kernels: list[Confirmed]
+
+
+class FlagView(BaseModel):
+    trajectory: int
+    turn: int
+    flag: str
+
+
+class ReportRecord(BaseModel):
+    """``<stem>_kevin_report.json``, beside the report's markdown."""
+
+    schema_: int = Field(SCHEMA, alias="schema")
+    kind: Literal["report"] = "report"
+    run_id: str
+    status: str
+    created_at: str
+    task: TaskView
+    device: str
+    device_name: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)
+    backend: str
+    model: str
+    turns_per_trajectory: int
+    trajectories: int
+    status_counts: dict[str, int] = Field(default_factory=dict)
+    best: BestView | None = None
+    confirmation: ConfirmationView | None = None
+    flags: list[FlagView] = Field(default_factory=list)
+    turns: list[TurnView]
+    stage_totals_s: dict | None = None
+    commit: str | None = None
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+
+class HistoryEntry(BaseModel):
+    run_id: str
+    task: str
+    created_at: str
+    status: str
+    turns_done: int
+    best_speedup: float | None = None
+    best_confirmed: bool = False
+    commit: str | None = None
+    delivery: str | None = None
+
+
+class HistoryRecord(BaseModel):
+    """``kevin-opt history --json``: the stored runs."""
+
+    schema_: int = Field(SCHEMA, alias="schema")
+    kind: Literal["history"] = "history"
+    runs: list[HistoryEntry]
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+
+def task_view(path: str, name: str, class_name: str, digest: str) -> TaskView:
+    return TaskView(file=Path(path).name, name=name, class_name=class_name, digest=digest)
