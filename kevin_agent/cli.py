@@ -16,8 +16,10 @@ from pathlib import Path
 from . import __version__
 from .config import RunConfig, field_help
 from .errors import ExitCode, KevinError
+from .model.commands import COMMANDS as MODEL_COMMANDS
+from .model.commands import add_parsers as add_model_parsers
 
-SUBCOMMANDS = {"run", "check", "history", "show", "resume"}
+SUBCOMMANDS = {"run", "check", "history", "show", "resume", *MODEL_COMMANDS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -159,6 +161,7 @@ def build_parser(registry) -> argparse.ArgumentParser:
     show.add_argument("--run-dir", type=Path, metavar="DIR")
     show.add_argument("--prompt", action="store_true", help="also print the prompt")
     show.add_argument("--response", action="store_true", help="also print the full response")
+    add_model_parsers(sub, _flag, _positive_int, _nonneg_float)
     return parser
 
 

@@ -34,6 +34,10 @@ def dispatch(args, registry: Registry) -> int:
         return cmd_history(args, registry)
     if args.command == "show":
         return cmd_show(args)
+    from .model import commands as model_commands
+
+    if args.command in model_commands.COMMANDS:
+        return model_commands.dispatch(args)
     raise UsageError(f"unknown command {args.command!r}")
 
 
