@@ -20,7 +20,7 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     profile.add_argument("model_file", type=Path, metavar="MODEL", help="file with get_model() and get_inputs()")
     _device_flags(profile, flag)
     profile.add_argument("--forwards", type=positive_int, default=None, metavar="N",
-                         help="forwards under the profiler (default 5)")
+                         help="forwards under the profiler (default 10); each module's time is its median over them")
     flag(profile, "bandwidth_gb_s", type=nonneg_float, metavar="GB_S")
     profile.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the profile as JSON")
     profile.add_argument("--plain", action="store_true", help="print the table even on a terminal")

@@ -47,6 +47,11 @@ class E2ERun(BaseModel):
     """e2e: one worker's forward of the whole model."""
 
     forward_ms: float
+    """Median forward (with the kernel, where one is installed)."""
+    plain_ms: float | None = None
+    """With a kernel: the median forward without it, timed in the same rounds."""
+    speedup: float | None = None
+    """With a kernel: the median over rounds of the forward without it over the forward with it."""
     outputs_match: bool = True
     max_abs_err: float | None = None
     max_rel_err: float | None = None

@@ -11,7 +11,7 @@ from .process import checked, run_model_job
 from .ranking import rank
 from .records import ModelProfile
 
-DEFAULT_FORWARDS = 5
+DEFAULT_FORWARDS = 10
 
 
 def profile_model(model_file: ModelFile, settings: EvalSettings, *, forwards: int = DEFAULT_FORWARDS,

@@ -172,11 +172,14 @@ class E2EResult(BaseModel):
     device: str
     device_name: str
     baseline_ms: float
-    """Median forward without the kernel (the best of the rounds)."""
+    """Median forward in a worker without the kernel (the best of the rounds)."""
     kernel_ms: float
-    """Median forward with the kernel installed (the best of the rounds)."""
+    """Median forward in a worker with the kernel installed (the best of the rounds)."""
     speedup: float
-    """baseline_ms / kernel_ms."""
+    """The whole model's speedup: in each round's worker with the kernel, the model timed with it
+    and without it call by call, interleaved; the median of the rounds' medians of the ratio."""
+    workers_speedup: float
+    """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
     share: float | None
     """The module's share of the forward, from the profile."""
     module_speedup: float | None

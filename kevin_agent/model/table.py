@@ -108,11 +108,11 @@ def signature_lines(profile: ModelProfile, top: int = 3) -> list[str]:
 
 
 def e2e_lines(result: E2EResult) -> list[str]:
-    lines = [f"whole model without the kernel: {result.baseline_ms:.3g} ms per forward; with it: "
-             f"{result.kernel_ms:.3g} ms ({result.rounds} rounds, fresh workers, best median of each)"]
+    lines = [f"whole model: {result.baseline_ms:.3g} ms per forward without the kernel, {result.kernel_ms:.3g} ms "
+             f"with it (best of {result.rounds} rounds of fresh workers: {result.workers_speedup:.2f}x)"]
     predicted = (f"; Amdahl predicts {result.predicted:.2f}x from its {_pct(result.share)} share and its own "
                  f"{result.module_speedup:.2f}x" if result.predicted is not None else "")
-    verdict = f"speedup {result.speedup:.2f}x{predicted}"
+    verdict = f"speedup {result.speedup:.2f}x (with and without it, interleaved){predicted}"
     if result.slower:
         verdict = f"the kernel makes the whole model SLOWER: {result.speedup:.2f}x{predicted}"
     lines.append(verdict)

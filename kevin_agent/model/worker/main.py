@@ -8,6 +8,7 @@ environment, a reply file). Modes: ``profile`` (``profiling``), ``extract`` (``c
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from ...evaluate.worker.candidate import device_name, versions
 from ...evaluate.worker.correctness import Mismatch, Outcome, compare
 from ...evaluate.worker.main import Parent
 from ...evaluate.worker.taskcode import describe, import_file
-from ...evaluate.worker.timing import Timer
+from ...evaluate.worker.timing import Timer, ratios
 from ..jobs import E2ERun, ModelJob, ModelReply
 from ..records import ModelProfile
 from . import capture, profiling
@@ -79,35 +80,47 @@ def do_extract(job: ModelJob, parent: Parent) -> ModelReply:
 
 
 def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
-    """The whole model's forward, timed; with ``kernel_path``, the kernel installed first and the
-    outputs compared with the ones the model gave without it."""
+    """The whole model's forward, timed. With ``kernel_path``: the kernel installed, the outputs
+    compared with the ones the model gave without it, and the model timed with the kernel and
+    without it (the same model, the kernel's guard taken out and put back between calls) in
+    rounds, interleaved, so that load on the machine weighs on both alike."""
     s = job.settings
     loaded = load(s, job.model_path)
-    guard = None
-    if job.kernel_path:
-        parent.say("installing")
-        try:
-            kernel = import_file(job.kernel_path, "kevin_kernel")
-            kernel.install(loaded.model, job.modules[0])
-            guard = loaded.model.get_submodule(job.modules[0]).forward
-        except Exception as exc:
-            raise ModelProblem("kernel", f"installing {Path(job.kernel_path).name} failed: "
-                                         f"{describe(exc, job.kernel_path)}") from None
+    if not job.kernel_path:
+        torch.save(forward(loaded), job.outputs_path)
+        parent.say("timing")
+        return ModelReply(ok=True, e2e=E2ERun(forward_ms=_timed_forward_ms(loaded, s)),
+                          device_name=device_name(s.device), versions=versions())
+    parent.say("installing")
+    module = loaded.model.get_submodule(job.modules[0]) if job.modules[0] else loaded.model
+    try:
+        kernel = import_file(job.kernel_path, "kevin_kernel")
+        kernel.install(loaded.model, job.modules[0])
+    except Exception as exc:
+        raise ModelProblem("kernel", f"installing {Path(job.kernel_path).name} failed: "
+                                     f"{describe(exc, job.kernel_path)}") from None
+    guard = module.forward
     out = forward(loaded)
-    calls = (guard.kernel_calls, guard.fallback_calls) if guard is not None else (0, 0)
-    run = E2ERun(forward_ms=0.0, kernel_calls=calls[0], fallback_calls=calls[1])
-    if guard is None:
-        torch.save(out, job.outputs_path)
-    else:
-        expected = torch.load(job.outputs_path, weights_only=True)
-        outcome = Outcome()
-        try:
-            compare(out, expected, s.atol, s.rtol, outcome, s.tolerance)
-        except Mismatch as exc:
-            run.outputs_match, run.mismatch = False, str(exc)
-        run.max_abs_err, run.max_rel_err = outcome.max_abs_err, outcome.max_rel_err
+    run = E2ERun(forward_ms=0.0, kernel_calls=guard.kernel_calls, fallback_calls=guard.fallback_calls)
+    outcome = Outcome()
+    try:
+        compare(out, torch.load(job.outputs_path, weights_only=True), s.atol, s.rtol, outcome, s.tolerance)
+    except Mismatch as exc:
+        run.outputs_match, run.mismatch = False, str(exc)
+    run.max_abs_err, run.max_rel_err = outcome.max_abs_err, outcome.max_rel_err
     parent.say("timing")
-    run.forward_ms = _timed_forward_ms(loaded, s)
+
+    def without(*inputs):
+        module.forward = guard.original
+        try:
+            return loaded.model(*inputs)
+        finally:
+            module.forward = guard
+
+    plain, installed = Timer(s.device).rounds([without, loaded.model], [loaded.inputs], warmup=s.warmup_runs,
+                                              rounds=s.timed_runs)
+    run.forward_ms, run.plain_ms = installed.stream.median_ms, plain.stream.median_ms
+    run.speedup = statistics.median(ratios(plain.stream_ms, installed.stream_ms))
     return ModelReply(ok=True, e2e=run, device_name=device_name(s.device), versions=versions())
 
 

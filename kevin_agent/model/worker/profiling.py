@@ -5,13 +5,15 @@ call's signature (``guard.call_signature``) and the bytes it takes and returns; 
 warm-up, ``torch.profiler`` runs over several forwards with each module call wrapped in a range
 of its own. A range holds the module's ops and the ranges of the modules it calls, so a module's
 time includes its children's and its self time is what is left; on cuda the times are the
-kernels' own (the profiler's device time), on cpu the ops' wall time. Ops are read at their
-outermost level (``aten::linear``, not the ``addmm`` inside it): those that are a vendor
-library's GEMM, convolution, attention or RNN are the library time a kernel at best matches.
+kernels' own (the profiler's device time), on cpu the ops' wall time. A module's time per forward
+is its median over the forwards. Ops are read at their outermost level (``aten::linear``, not the
+``addmm`` inside it): those that are a vendor library's GEMM, convolution, attention or RNN are
+the library time a kernel at best matches.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -130,14 +132,18 @@ def record_calls(loaded: LoadedModel) -> Recorded:
 
 @dataclass
 class CallStats:
-    """What one module's calls added up to over the profiled forwards."""
+    """What one module's calls added up to in each profiled forward (by the forward's index)."""
 
-    time_us: float = 0.0
-    self_us: float = 0.0
-    library_us: float = 0.0
+    time_us: Counter = field(default_factory=Counter)
+    self_us: Counter = field(default_factory=Counter)
+    library_us: Counter = field(default_factory=Counter)
     kinds: set = field(default_factory=set)
     """Library kinds of the calls that were one library op and nothing else; ``mixed`` otherwise."""
     children: set = field(default_factory=set)
+
+    def per_forward_ms(self, counts: Counter, forwards: int) -> float:
+        """The median over the forwards: a moment of load on a shared machine moves it little."""
+        return statistics.median(counts[k] for k in range(forwards)) / 1e3
 
 
 def profile_calls(loaded: LoadedModel, forwards: int, device: str) -> tuple[list[str], dict[int, CallStats]]:
@@ -164,9 +170,10 @@ def profile_calls(loaded: LoadedModel, forwards: int, device: str) -> tuple[list
                     torch.cuda.synchronize()
                 prof.step()
     stats: dict[int, CallStats] = defaultdict(CallStats)
-    for event in prof.events():
-        if event.name.startswith(RANGE) and not _inside_range(event):
-            _walk(event, stats, device)
+    # A range inside no other is the model's own call: one per forward.
+    outermost = [e for e in prof.events() if e.name.startswith(RANGE) and not _inside_range(e)]
+    for k, event in enumerate(sorted(outermost, key=lambda e: e.time_range.start)):
+        _walk(event, stats, device, k)
     return hooks.paths, stats
 
 
@@ -183,7 +190,7 @@ def _kernels_us(event) -> float:
     return sum(k.duration for k in event.kernels)
 
 
-def _walk(event, stats: dict[int, CallStats], device: str) -> tuple[float, float, list[str]]:
+def _walk(event, stats: dict[int, CallStats], device: str, k: int) -> tuple[float, float, list[str]]:
     """One module call: (its time, its library time, the non-free outermost ops of it and of the
     calls under it), added into ``stats``."""
     index = int(event.name[len(RANGE):])
@@ -195,7 +202,7 @@ def _walk(event, stats: dict[int, CallStats], device: str) -> tuple[float, float
     while pending:
         child = pending.pop()
         if child.name.startswith(RANGE):
-            child_time, child_library, child_ops = _walk(child, stats, device)
+            child_time, child_library, child_ops = _walk(child, stats, device, k)
             mine.children.add(int(child.name[len(RANGE):]))
             if device == "cuda":
                 time_us += child_time
@@ -215,9 +222,9 @@ def _walk(event, stats: dict[int, CallStats], device: str) -> tuple[float, float
             library_us += op_us
         if name not in FREE:
             ops.append(name)
-    mine.time_us += time_us
-    mine.self_us += time_us - children_us
-    mine.library_us += library_us
+    mine.time_us[k] += time_us
+    mine.self_us[k] += time_us - children_us
+    mine.library_us[k] += library_us
     only = ops[0] if len(ops) == 1 else ""
     mine.kinds.add(LIBRARY.get(only, "mixed"))
     return time_us, library_us, ops
@@ -236,8 +243,8 @@ def module_profiles(loaded: LoadedModel, recorded: Recorded, paths: list[str], s
         kinds = s.kinds - {"mixed"}
         out.append(ModuleProfile(
             path=path, class_name=type(modules[path]).__name__, calls=float(recorded.calls[index]),
-            signatures=signatures, time_ms=s.time_us / 1e3 / forwards, self_ms=s.self_us / 1e3 / forwards,
-            children=sorted(paths[c] for c in s.children), share=0.0, amdahl=None,
-            library=next(iter(kinds)) if len(kinds) == 1 and "mixed" not in s.kinds else "",
-            library_ms=s.library_us / 1e3 / forwards))
+            signatures=signatures, time_ms=s.per_forward_ms(s.time_us, forwards),
+            self_ms=s.per_forward_ms(s.self_us, forwards), children=sorted(paths[c] for c in s.children),
+            share=0.0, amdahl=None, library=next(iter(kinds)) if len(kinds) == 1 and "mixed" not in s.kinds else "",
+            library_ms=s.per_forward_ms(s.library_us, forwards)))
     return out
