@@ -247,3 +247,22 @@ def test_a_module_that_cannot_be_captured_names_the_construct(signatures_model):
     assert "`shift_of` from helpers" in gate.error
     line = textwrap.dedent(SIGNATURES_MODEL).splitlines().index("        if x.sum() > 0:") + 1
     assert gate.error.count(f"`if x.sum() > 0:` (net.py, line {line})") == 2, gate.error
+
+
+def test_a_capture_that_computes_something_else_is_not_kept():
+    """The worker's own check, run here: a task file whose Model differs from the module in its
+    last bit, or whose factories draw another signature, is refused with what differs."""
+    from kevin_agent.model.worker import capture
+    from kevin_agent.model.worker.loading import load
+
+    loaded = load(SETTINGS, str(EXAMPLES / "mlp_block.py"))
+    calls = capture.record_module(loaded, ["act"])["act"]
+    task = capture.capture(loaded, "act", calls, "mlp_block.py", seed=0)
+    assert capture.validate(task.source, loaded.model.act, calls, "cpu", 0) == ""
+    off_by_a_bit = task.source.replace("return 0.5 * x *", "return 0.5000001 * x *")
+    assert off_by_a_bit != task.source
+    assert capture.validate(off_by_a_bit, loaded.model.act, calls, "cpu", 0).startswith(
+        "at float32[4096,512]: output differs (max abs difference")
+    other_shape = task.source.replace("_draw((4096, 512),", "_draw((4096, 256),")
+    assert "draws inputs of signature float32[4096,256]" in capture.validate(other_shape, loaded.model.act, calls,
+                                                                           "cpu", 0)

@@ -127,32 +127,39 @@ def _same(got, want) -> str:
 
 
 def validate(source: str, module: torch.nn.Module, calls: Calls, device: str, seed: int) -> str:
-    """Empty when the file's Model reproduces the module; else what went wrong."""
-    folder = tempfile.mkdtemp(prefix="kevin-extract-")
-    path = os.path.join(folder, "task.py")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(source)
-    try:
-        task = import_file(path, f"kevin_extracted_{abs(hash(source))}")
-        torch.manual_seed(seed)
-        model = task.Model(*task.get_init_inputs())
-        state = {**module.state_dict(), **dict(module.named_buffers())}
-        model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()}, strict=True)
+    """Empty when the file's Model, given the module's weights, reproduces the module on every
+    recorded input and its factories draw the recorded signatures; else what went wrong."""
+    with tempfile.TemporaryDirectory(prefix="kevin-extract-") as folder:
+        path = os.path.join(folder, "task.py")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(source)
+        try:
+            return _reproduces(import_file(path, f"kevin_extracted_{abs(hash(source))}"), module, calls, device, seed)
+        except Exception as exc:
+            return f"the written file fails: {describe(exc, path)}"
+
+
+def _reproduces(task, module: torch.nn.Module, calls: Calls, device: str, seed: int) -> str:
+    torch.manual_seed(seed)
+    model = task.Model(*task.get_init_inputs())
+    mine = model.state_dict()
+    model.load_state_dict({k: v for k, v in module.state_dict().items() if k in mine}, strict=True)
+    with torch.no_grad():
+        # Buffers outside the state dict too: the written Model holds the values the module holds.
+        theirs = dict(module.named_buffers())
+        for name, buffer in model.named_buffers():
+            if name in theirs:
+                buffer.copy_(theirs[name])
+    model.to(device)
+    for _, factory in task.get_input_signatures():
+        drawn = call_signature(factory())
+        if drawn not in calls.signatures:
+            return f"a factory draws inputs of signature {drawn}, which the model never used"
+    for key, inputs in calls.inputs.items():
         with torch.no_grad():
-            for name, buffer in module.named_buffers():
-                model.get_buffer(name).copy_(buffer)
-        model.to(device)
-        for count, factory in task.get_input_signatures():
-            drawn = call_signature(factory())
-            if drawn not in calls.signatures:
-                return f"a factory draws inputs of signature {drawn}, which the model never used"
-        for key, inputs in calls.inputs.items():
-            with torch.no_grad():
-                out = model(*_clone(inputs))
-            if problem := _same(out, calls.outputs[key]):
-                return f"at {key}: {problem}"
-    except Exception as exc:
-        return f"the written file fails: {describe(exc, path)}"
+            out = model(*_clone(inputs))
+        if problem := _same(out, calls.outputs[key]):
+            return f"at {key}: {problem}"
     return ""
 
 
