@@ -64,10 +64,11 @@ def measure(model_file: ModelFile, kernel: Path, settings: EvalSettings, *, prof
         outputs = str(Path(scratch) / "outputs.pt")
         job = {"mode": "e2e", "settings": settings, "model_path": str(model_file.path), "modules": [env.module],
                "outputs_path": outputs}
+        # Both with the build's folder: a model file that installs the kernel itself imports it in both.
+        built = {"TORCH_EXTENSIONS_DIR": str(folder)}
         for _ in range(rounds):
-            base.append(_run(job, model_file, limit).e2e)
-            with_kernel.append(_run({**job, "kernel_path": str(kernel.resolve())}, model_file, limit,
-                                    {"TORCH_EXTENSIONS_DIR": str(folder)}).e2e)
+            base.append(_run(job, model_file, limit, built).e2e)
+            with_kernel.append(_run({**job, "kernel_path": str(kernel.resolve())}, model_file, limit, built).e2e)
     baseline_ms = min(r.forward_ms for r in base)
     kernel_ms = min(r.forward_ms for r in with_kernel)
     module = profile.module(env.module) if profile is not None else None

@@ -79,27 +79,40 @@ def do_extract(job: ModelJob, parent: Parent) -> ModelReply:
     return ModelReply(ok=True, tasks=tasks, device_name=device_name(s.device), versions=versions())
 
 
+def _installed_guard(module: torch.nn.Module):
+    """The guard a delivered kernel module put on ``module`` (the model file may install it
+    itself, once ``kevin-opt install --write`` changed it), or None."""
+    guard = module.__dict__.get("forward")
+    return guard if hasattr(guard, "original") and hasattr(guard, "kernel_calls") else None
+
+
 def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
-    """The whole model's forward, timed. With ``kernel_path``: the kernel installed, the outputs
-    compared with the ones the model gave without it, and the model timed with the kernel and
-    without it (the same model, the kernel's guard taken out and put back between calls) in
-    rounds, interleaved, so that load on the machine weighs on both alike."""
+    """The whole model's forward, timed. Without ``kernel_path``: the model without the kernel
+    (taken out where the model file installs it), its outputs written. With it: the kernel
+    installed, the outputs compared with those, and the model timed with the kernel and without
+    it (its guard taken out and put back between calls) in rounds, interleaved, so that load on
+    the machine weighs on both alike."""
     s = job.settings
     loaded = load(s, job.model_path)
+    module = loaded.model.get_submodule(job.modules[0])
+    guard = _installed_guard(module)
     if not job.kernel_path:
+        if guard is not None:
+            module.forward = guard.original
         torch.save(forward(loaded), job.outputs_path)
         parent.say("timing")
         return ModelReply(ok=True, e2e=E2ERun(forward_ms=_timed_forward_ms(loaded, s)),
                           device_name=device_name(s.device), versions=versions())
-    parent.say("installing")
-    module = loaded.model.get_submodule(job.modules[0]) if job.modules[0] else loaded.model
-    try:
-        kernel = import_file(job.kernel_path, "kevin_kernel")
-        kernel.install(loaded.model, job.modules[0])
-    except Exception as exc:
-        raise ModelProblem("kernel", f"installing {Path(job.kernel_path).name} failed: "
-                                     f"{describe(exc, job.kernel_path)}") from None
-    guard = module.forward
+    if guard is None:
+        parent.say("installing")
+        try:
+            kernel = import_file(job.kernel_path, "kevin_kernel")
+            kernel.install(loaded.model, job.modules[0])
+        except Exception as exc:
+            raise ModelProblem("kernel", f"installing {Path(job.kernel_path).name} failed: "
+                                         f"{describe(exc, job.kernel_path)}") from None
+        guard = module.forward
+    guard.kernel_calls = guard.fallback_calls = 0
     out = forward(loaded)
     run = E2ERun(forward_ms=0.0, kernel_calls=guard.kernel_calls, fallback_calls=guard.fallback_calls)
     outcome = Outcome()
