@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from kevin_agent.kernel_module import render_kernel_module
+from kevin_agent.report import render_markdown
 from kevin_agent.model.delivered import kernel_code, verified_signatures
 from kevin_agent.model.marks import EXTRACTED_PREFIX, extracted_from, line, read_envelope
 from kevin_agent.model.records import ExtractedTask, SignatureUse
@@ -113,8 +114,19 @@ def test_the_envelope_is_what_the_evaluation_verified():
     assert verified_signatures(META, SimpleNamespace()) == ["float32[64,128]"]
 
 
+def test_the_report_lists_the_envelope(tmp_path):
+    task = extracted_task(tmp_path)
+    records = [correct(0, 1, 1.4, code=KERNEL)]
+    report = render_markdown(run_info(task, turns=1, trajectories=1), records)
+    section = report.split("## Putting it back into the model", 1)[1]
+    assert "`body.relu` (MyRelu) of `net.py`" in section
+    assert "| signatures | `float32[64,128]` |" in section and "| device | cpu |" in section
+    assert "| left to the original forward | `float32[8,128]` |" in section
+
+
 def test_a_task_written_by_hand_gets_no_install(tmp_path):
     task = write_task(tmp_path)
     assert extracted_from(task.source) is None
     text = render_kernel_module(task, correct(0, 2, 1.4), run_info(task))
     assert "def install(" not in text and "kevin-opt-install" not in text
+    assert "Putting it back" not in render_markdown(run_info(task), [correct(0, 2, 1.4)])

@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 
 from ..task import rename_identifier
-from .marks import INSTALL_PREFIX, line
+from .marks import INSTALL_PREFIX, extracted_from, line
 from .records import ExtractedTask, InstallEnvelope
 
 FOOTER_MARK = "# --- kevin-opt: putting the kernel back into the model "
@@ -101,6 +101,36 @@ def install_footer(env: InstallEnvelope, kernel_code: str) -> str:
         "    return model",
         "",
     ])
+
+
+def report_section(task_path: Path, best_record, device: str, seed: int) -> list[str]:
+    """The report's section on putting the kernel back, for a task ``kevin-opt extract`` wrote
+    (empty for any other): where it goes and the envelope it runs in."""
+    try:
+        meta = extracted_from(Path(task_path).read_text(encoding="utf-8"))
+    except OSError:
+        return []
+    if meta is None:
+        return []
+    verified = verified_signatures(meta, best_record.eval)
+    others = [s.key for s in [*meta.signatures, *meta.left_out] if s.key not in verified]
+    stem = f"{Path(task_path).stem}_kevin"
+    return [
+        "## Putting it back into the model", "",
+        f"The task was extracted from `{meta.module or '(the whole model)'}` ({meta.class_name}) of "
+        f"`{meta.model_file}`. `install(model)` of the kernel module replaces that module's forward; the "
+        "kernel runs on the module's own parameters for calls in this envelope, and the original forward "
+        "runs every other call:", "",
+        "| | |", "| --- | --- |",
+        f"| signatures | {', '.join(f'`{k}`' for k in verified)} |",
+        f"| device | {device} |",
+        f"| mode | {'training' if meta.training else 'eval'}, without autograd |",
+        f"| left to the original forward | {', '.join(f'`{k}`' for k in others) or 'no other signature the model uses'} |",
+        "",
+        f"`kevin-opt install {meta.model_file} --kernel {stem}.py` shows the change to the model file "
+        f"(`--write` writes it); `kevin-opt e2e {meta.model_file} --kernel {stem}.py` times the whole model with "
+        "and without it.",
+    ]
 
 
 def install_note(env: InstallEnvelope, stem: str) -> list[str]:
