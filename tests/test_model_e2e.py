@@ -112,3 +112,24 @@ def test_the_delivered_kernel_runs_only_at_its_signature(delivered, monkeypatch)
     kernel.uninstall(model)
     with torch.no_grad():
         assert torch.equal(model(x), original(x))
+
+
+def test_a_kernel_that_slows_the_model_down_is_said_to_and_not_accepted(tmp_path):
+    """The script's turn 1 (a scalar std::tanh loop, several times slower than PyTorch) delivered
+    with --min-speedup 0; its build is the one the walk above made."""
+    repo = git_init(tmp_path / "proj")
+    shutil.copy(EXAMPLES / "mlp_block.py", repo / "mlp_block.py")
+    shutil.copy(EXAMPLES / "mlp_block_act.cpu.jsonl", repo / "responses.jsonl")
+    assert kevin("extract", "mlp_block.py", "--module", "act", "-o", "mlp_block_act.py", cwd=repo).returncode == 0
+    run = kevin("mlp_block_act.py", "--device", "cpu", "--backend", "scripted", "--responses", "responses.jsonl",
+                "--turns", "1", "--min-speedup", "0", "--headless", "--confirm-rounds", "20", "--no-commit", cwd=repo)
+    assert run.returncode == 0, run.stderr
+    slower = kevin("e2e", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--rounds", "1", "--json", "e2e.json",
+                   cwd=repo)
+    assert slower.returncode == 1, slower.stderr
+    assert "the kernel makes the whole model SLOWER" in slower.stdout
+    assert "pass --accept-slower" in slower.stderr
+    assert json.loads((repo / "e2e.json").read_text())["slower"] is True
+    accepted = kevin("e2e", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--rounds", "1", "--accept-slower",
+                     cwd=repo)
+    assert accepted.returncode == 0 and "SLOWER" in accepted.stdout
