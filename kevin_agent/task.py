@@ -58,6 +58,19 @@ def _problem(path: Path, what: str, hint: str) -> TaskError:
     return TaskError(f"{path}: {what}", hint=hint)
 
 
+def top_level_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The classes a file defines at its top level, and every other name it binds there: its
+    functions, and (so that `get_inputs = make_inputs` counts) its assignments and imports."""
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            functions.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            functions.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return classes, functions
+
+
 def load_task(path: str | Path, class_name: str = "Model") -> Task:
     """Read and statically validate a task file; raise ``TaskError`` naming what is wrong."""
     p = Path(path).expanduser()
@@ -78,14 +91,7 @@ def load_task(path: str | Path, class_name: str = "Model") -> Task:
             "the task file must be valid Python; run `python -m py_compile` on it",
         ) from None
 
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    # A top-level assignment such as `get_inputs = make_inputs` also counts.
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            functions.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            functions.update((a.asname or a.name).split(".")[0] for a in node.names)
+    classes, functions = top_level_names(tree)
 
     if class_name not in classes:
         found = ", ".join(sorted(classes)) or "none"

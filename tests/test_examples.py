@@ -228,3 +228,24 @@ def test_static_checks_agree_with_the_script(name):
     for turn, text in enumerate(responses(name, "cuda"), start=1):
         result = run_checks(parse_response(text).code, "cuda")
         assert result.passed, f"cuda turn {turn}: {result.summary()}"
+
+
+# --- the whole-model example ----------------------------------------------------------------
+
+def test_model_example_and_its_responses():
+    """mlp_block.py is a model file (get_model, get_inputs), and its responses are for the task
+    kevin-opt extract writes for its `act` module: labelled, parsed, a ModelNew with no arguments
+    (the module's), turn 1 plain and turn 2 vectorized (the e2e test runs them for real)."""
+    from kevin_agent.model.modelfile import load_model_file
+
+    assert load_model_file(EXAMPLES / "mlp_block.py").convention == "get_model"
+    texts = responses("mlp_block_act", "cpu")
+    assert len(texts) == 2
+    for turn, text in enumerate(texts, start=1):
+        parsed = parse_response(text)
+        assert LABEL in parsed.reasoning, f"turn {turn} is not labelled"
+        assert parsed.error is None and parsed.summary and "cpp_sources" in parsed.code
+        assert "def __init__(self):" in parsed.code
+    assert "std::tanh" in parse_response(texts[0]).code and "omp simd" in parse_response(texts[1]).code
+    readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    assert "mlp_block.py" in readme and "mlp_block_act.cpu.jsonl" in readme

@@ -1,5 +1,6 @@
-"""The package's layout holds: the tool's own process never imports torch (only workers do), and
-no module imports another that imports it back."""
+"""The package's layout holds: the tool's own process never imports torch (only the workers'
+packages, ``evaluate.worker`` and ``model.worker``, do), and no module imports another that imports
+it back."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ PARENT_SIDE = '''
 import importlib, pkgutil, sys
 import kevin_agent
 names = [i.name for i in pkgutil.walk_packages(kevin_agent.__path__, "kevin_agent.")
-         if ".evaluate.worker" not in i.name and not i.name.startswith(("kevin_agent.plugins", "kevin_agent.prompts"))]
+         if ".worker" not in i.name and not i.name.startswith(("kevin_agent.plugins", "kevin_agent.prompts"))]
 for name in names:
     importlib.import_module(name)
     if "torch" in sys.modules:

@@ -16,8 +16,10 @@ from pathlib import Path
 from .. import __version__
 from ..config import RunConfig, field_help
 from ..errors import ExitCode, KevinError
+from .model_commands import COMMANDS as MODEL_COMMANDS
+from .model_commands import add_parsers as add_model_parsers
 
-SUBCOMMANDS = {"run", "check", "history", "show", "resume"}
+SUBCOMMANDS = {"run", "check", "history", "show", "resume", *MODEL_COMMANDS}
 STORE_HELP = ("where the runs are stored (default: .kevin/runs at the top of the git repository that holds the "
               "current directory, else in the current directory)")
 
@@ -164,6 +166,7 @@ def build_parser(registry) -> argparse.ArgumentParser:
     show.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
     show.add_argument("--prompt", action="store_true", help="also print the prompt")
     show.add_argument("--response", action="store_true", help="also print the full response")
+    add_model_parsers(sub, _flag, _positive_int, _nonneg_float)
     return parser
 
 
@@ -190,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    from . import commands
+    from . import commands, model_commands
 
     try:
+        if args.command in MODEL_COMMANDS:
+            return int(model_commands.dispatch(args))
         return int(commands.dispatch(args, registry))
     except KevinError as exc:
         return print_error(exc)

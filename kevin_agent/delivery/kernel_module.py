@@ -18,6 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..engine.confirmation import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
+from ..model.delivered import envelope, install_footer, install_note, verified_signatures
+from ..model.marks import extracted_from
 from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..task import Task
 
@@ -180,12 +182,19 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
     comments instead, so the module always stays importable.
     """
     code = _winner(best).record.code
-    code = code if code.endswith("\n") else code + "\n"
     lines = header_lines(task, best, info, stem=stem)
+    footer = ""
+    if (meta := extracted_from(task.source)) is not None:
+        # A task extracted from a model: the module also installs the kernel back into it.
+        env = envelope(meta, device=info.device, seed=int(info.config.get("seed", 0)), code=code,
+                       verified=verified_signatures(meta, _winner(best).record.eval))
+        lines += install_note(env, stem or module_stem(task))
+        footer = install_footer(env, code)
+    code = code if code.endswith("\n") else code + "\n"
     claim = CLAIM_PREFIX + kernel_claim(best, info).model_dump_json() + "\n\n"
-    module = _docstring(lines) + claim + code
+    module = _docstring(lines) + claim + code + footer
     try:
         compile(module, f"{stem or module_stem(task)}.py", "exec")
     except SyntaxError:
-        module = _comment(lines) + claim + code
+        module = _comment(lines) + claim + code + footer
     return module

@@ -9,6 +9,7 @@ from pathlib import Path
 from ...engine.confirmation import Winner, current, winner
 from ...formatting import confirmed_line, fmt_launched, fmt_memory, fmt_signatures, fmt_tolerance
 from ...engine.lineage import outcome, path_to, tree_lines
+from ...model.delivered import report_section
 from ...results import Confirmation, EvalResult, LaunchedTiming, RunInfo, StageTimes, Status, TimingStats, TurnRecord
 from .data import stage_totals
 
@@ -235,6 +236,8 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
     if best is not None:
         lines += _best_section(best)
         lines += ["", *_path_section(records, best.record)]
+        if put_back := report_section(Path(task.path), best.record, info.device, int(info.config.get("seed", 0))):
+            lines += ["", *put_back]
     elif confirmation is not None:
         lines += ["## No confirmed kernel", "", "Every verified kernel was dropped when it was verified again."]
     else:

@@ -1,0 +1,191 @@
+"""The whole-model subcommands: ``profile``, ``extract``, ``install``, ``e2e``; their flags and what
+each does. ``cli`` registers them with ``add_parsers`` and hands them over with ``dispatch``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..config import load_config
+from ..console import interactive, note, write_json
+from ..errors import ExitCode, KevinError
+
+COMMANDS = {"profile", "extract", "install", "e2e"}
+
+
+def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
+    """``flag(group, setting, ...)`` adds a run setting's flag (``cli._flag``)."""
+    profile = sub.add_parser("profile", help="profile a whole model and rank its modules for a kernel")
+    profile.add_argument("model_file", type=Path, metavar="MODEL", help="file with get_model() and get_inputs()")
+    _device_flags(profile, flag)
+    profile.add_argument("--forwards", type=positive_int, default=None, metavar="N",
+                         help="forwards under the profiler (default 10); each module's time is its median over them")
+    flag(profile, "bandwidth_gb_s", type=nonneg_float, metavar="GB_S")
+    profile.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the profile as JSON")
+    profile.add_argument("--plain", action="store_true", help="print the table even on a terminal")
+    run = profile.add_argument_group("the run a choice in the terminal UI starts")
+    for setting in ("backend", "model", "base_url"):
+        flag(run, setting, metavar="NAME" if setting != "base_url" else "URL")
+    flag(run, "responses", type=Path, metavar="PATH")
+    flag(run, "turns", type=positive_int, metavar="N")
+    flag(run, "trajectories", type=positive_int, metavar="N")
+
+    extract = sub.add_parser("extract", help="write one module of a model as a task file")
+    extract.add_argument("model_file", type=Path, metavar="MODEL")
+    extract.add_argument("--module", required=True, metavar="PATH", help="its path in the model (blocks.3.mlp)")
+    extract.add_argument("-o", "--output", type=Path, metavar="TASK",
+                         help="the task file to write (default <model>_<path>.py beside the model)")
+    extract.add_argument("--replace", action="store_true", help="overwrite the task file if it exists")
+    _device_flags(extract, flag)
+
+    install = sub.add_parser("install", help="show (or --write) the change that puts a delivered kernel in")
+    install.add_argument("model_file", type=Path, metavar="MODEL")
+    install.add_argument("--kernel", type=Path, required=True, metavar="KERNEL", help="the delivered *_kevin.py")
+    install.add_argument("--write", action="store_true", help="write the change into the model file")
+
+    e2e = sub.add_parser("e2e", help="time the whole model with and without a delivered kernel")
+    e2e.add_argument("model_file", type=Path, metavar="MODEL")
+    e2e.add_argument("--kernel", type=Path, required=True, metavar="KERNEL")
+    e2e.add_argument("--profile", dest="profile_json", type=Path, metavar="JSON",
+                     help="the model's profile (kevin-opt profile --json) for Amdahl's prediction "
+                          "(default: profile it now)")
+    e2e.add_argument("--rounds", type=positive_int, default=None, metavar="N",
+                     help="rounds of one worker without and one with the kernel (default 2)")
+    e2e.add_argument("--accept-slower", action="store_true",
+                     help="exit 0 even when the kernel makes the whole model slower")
+    e2e.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the result as JSON")
+    _device_flags(e2e, flag)
+    for setting in ("tolerance", "atol", "rtol", "timed_runs"):
+        kw = {"choices": ["strict", "kernelbench"]} if setting == "tolerance" else {
+            "type": positive_int if setting == "timed_runs" else nonneg_float}
+        flag(e2e, setting, **kw)
+
+
+def _device_flags(p: argparse.ArgumentParser, flag) -> None:
+    flag(p, "device", choices=["cpu", "cuda"])
+    flag(p, "seed", type=int, metavar="N")
+    flag(p, "cpu_threads", type=int, metavar="N")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="wall-clock limit of each worker, in seconds (default 300)")
+
+
+def _settings(args):
+    from .commands import config_overrides
+    from ..run.launch import resolve_device
+
+    config = load_config(config_overrides(args), project_dir=args.model_file.parent if args.model_file.parent.exists()
+                         else None)
+    return config, config.eval_settings(resolve_device(config))
+
+
+def dispatch(args) -> int:
+    from ..model.modelfile import load_model_file
+
+    model_file = load_model_file(args.model_file)
+    return {"profile": cmd_profile, "extract": cmd_extract, "install": cmd_install, "e2e": cmd_e2e}[args.command](
+        args, model_file)
+
+
+def cmd_profile(args, model_file) -> int:
+    from ..model.profile import DEFAULT_FORWARDS, profile_model
+    from ..model.table import signature_lines, summary_lines, table_lines
+
+    config, settings = _settings(args)
+    if interactive(args) and not args.plain and not args.json_path:
+        from ..tui.profile import profile_tui
+
+        return profile_tui(model_file, config, settings, forwards=args.forwards or DEFAULT_FORWARDS)
+    note(f"profiling {model_file.given} on {settings.device} (a worker: warm-up, then the profiler)")
+    profile = profile_model(model_file, settings, forwards=args.forwards or DEFAULT_FORWARDS, timeout_s=args.timeout)
+    width = max(80, min(160, _columns()))
+    print("\n".join([*summary_lines(profile), "", *table_lines(profile, width), "", *signature_lines(profile)]))
+    if profile.ranked:
+        top = profile.ranked[0]
+        print(f"\nnext: kevin-opt extract {model_file.given} --module {top.path} -o {_stem(model_file, top.path)}")
+    if args.json_path:
+        write_json(args.json_path, profile.model_dump(mode="json"))
+    return ExitCode.OK
+
+
+def _stem(model_file, path: str) -> str:
+    from ..model.extract import default_task_path
+
+    return default_task_path(model_file, path).name
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def cmd_extract(args, model_file) -> int:
+    from ..model.extract import extract_task
+
+    _, settings = _settings(args)
+    target = extract_task(model_file, args.module, args.output, settings, replace=args.replace,
+                          timeout_s=args.timeout)
+    from ..model.marks import extracted_from
+
+    meta = extracted_from(target.read_text(encoding="utf-8"))
+    sigs = "; ".join(f"{s.key} x{s.calls}" for s in meta.signatures)
+    print(f"wrote {target}: `{meta.module or '(the whole model)'}` ({meta.class_name}) by its {meta.capture} capture, "
+          "checked bit for bit against the module on every recorded input")
+    print(f"signatures (calls per forward): {sigs}")
+    print(f"next: kevin-opt {target} --device {settings.device}")
+    return ExitCode.OK
+
+
+def cmd_install(args, model_file) -> int:
+    from ..model.install import plan_change, write_change
+
+    change = plan_change(model_file, args.kernel)
+    if change.already:
+        print(f"{model_file.given} already installs {change.stem}")
+        return ExitCode.OK
+    if args.write:
+        write_change(model_file, change)
+        print(f"wrote the change into {model_file.given}:\n{change.diff}")
+        return ExitCode.OK
+    if change.new_text is not None:
+        print(f"the change that installs {change.stem} into `{change.module}` (kevin-opt install --write writes it):")
+        print(change.diff.rstrip("\n"))
+    else:
+        print(f"to install {change.stem} into `{change.module}`, add where the model is built ({change.why_not}):")
+        print("\n".join(f"    {line}" for line in change.usage()))
+    if change.why_not and change.new_text is not None:
+        print(f"note: {change.why_not}")
+    return ExitCode.OK
+
+
+def cmd_e2e(args, model_file) -> int:
+    from ..model.e2e import DEFAULT_ROUNDS, measure
+    from ..model.profile import profile_model
+    from ..model.records import ModelProfile
+    from ..model.table import e2e_lines
+
+    _, settings = _settings(args)
+    if args.profile_json is not None:
+        try:
+            profile = ModelProfile.model_validate_json(args.profile_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise KevinError(f"{args.profile_json}: not a profile ({str(exc).splitlines()[0]})",
+                             "pass the JSON that kevin-opt profile --json wrote") from None
+    else:
+        note(f"profiling {model_file.given} for Amdahl's prediction (pass --profile JSON to reuse one)")
+        profile = profile_model(model_file, settings, timeout_s=args.timeout)
+    note("timing the whole model without and with the kernel, each in fresh workers")
+    result = measure(model_file, args.kernel, settings, profile=profile, rounds=args.rounds or DEFAULT_ROUNDS,
+                     timeout_s=args.timeout)
+    print("\n".join(e2e_lines(result)))
+    if args.json_path:
+        write_json(args.json_path, result.model_dump(mode="json"))
+    if not result.outputs_match:
+        return ExitCode.NONE
+    if result.slower and not args.accept_slower:
+        print("not accepted: pass --accept-slower to accept a kernel that slows the whole model down",
+              file=sys.stderr)
+        return ExitCode.NONE
+    return ExitCode.OK
+

@@ -1,0 +1,151 @@
+"""What a kernel module delivered for an extracted task carries besides the kernel: the code that
+installs it into the model (``guard.py``'s text, so the module needs torch alone) and the
+envelope it was verified in, as a machine-readable line (``# kevin-opt-install: {json}``).
+
+Kept free of torch: the delivery and the ``install`` and ``e2e`` commands read these in the
+tool's own process.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+from ..task import rename_identifier
+from .marks import INSTALL_PREFIX, extracted_from, line
+from .records import ExtractedTask, InstallEnvelope
+
+FOOTER_MARK = "# --- kevin-opt: putting the kernel back into the model "
+GUARD_PATH = Path(__file__).with_name("worker") / "guard.py"
+
+
+def verified_signatures(meta: ExtractedTask, result) -> list[str]:
+    """The signatures the kernel was verified at: those the evaluation result lists as checked
+    and correct (``result.signatures``: items with ``key`` and ``correct``), else the headline
+    signature alone, the only one an evaluation without them checks (``get_inputs()``)."""
+    checks = getattr(result, "signatures", None) if result is not None else None
+    if checks:
+        keys = [_field(c, "key") for c in checks if _field(c, "correct")]
+        if keys:
+            return keys
+    return [meta.signatures[0].key] if meta.signatures else []
+
+
+def _field(item, name: str):
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str], code: str) -> InstallEnvelope:
+    return InstallEnvelope(model_file=meta.model_file, module=meta.module, class_name=meta.class_name,
+                           device=device, training=meta.training, signatures=verified,
+                           recorded=meta.signatures + meta.left_out, init_inputs=meta.init_inputs, seed=seed,
+                           code_sha256=hashlib.sha256(code.encode()).hexdigest())
+
+
+def _guard_code(taken: set[str]) -> tuple[str, dict[str, str]]:
+    """guard.py without its docstring and ``__future__`` import, its names prefixed where the
+    kernel's code already uses them; and the names it ended up with."""
+    text = GUARD_PATH.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    start = tree.body[1].lineno if isinstance(tree.body[0], ast.Expr) else tree.body[0].lineno
+    kept = [ln for ln in lines[start - 1:] if ln.strip() != "from __future__ import annotations"]
+    code = "\n".join(kept).strip("\n") + "\n"
+    names = {}
+    for node in tree.body:
+        for name in ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else []):
+            names[name] = name
+    for name in names:
+        if name in taken:
+            names[name] = f"_kevin{name}" if name.startswith("_") else f"_kevin_{name}"
+            code = rename_identifier(code, name, names[name])
+    return code, names
+
+
+def install_footer(env: InstallEnvelope, kernel_code: str) -> str:
+    """The code appended after the kernel: ``install(model, path)`` and ``uninstall(model, path)``."""
+    try:
+        taken = {n.id for n in ast.walk(ast.parse(kernel_code)) if isinstance(n, ast.Name)}
+        taken |= {n.name for n in ast.walk(ast.parse(kernel_code))
+                  if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    except SyntaxError:
+        taken = set()
+    code, names = _guard_code(taken)
+    where = f"`{env.module}` of {env.model_file}" if env.module else f"the model of {env.model_file}"
+    sigs = ", ".join(env.signatures) or "none"
+    return "\n".join([
+        "",
+        "",
+        FOOTER_MARK + "-" * max(0, 99 - len(FOOTER_MARK)),
+        f"# install(model) makes {where} run the kernel above for calls at a signature it was verified",
+        f"# at ({sigs}) on {env.device}, in {'training' if env.training else 'eval'} mode, without autograd;",
+        "# every other call runs the module's original forward. The kernel uses the module's own parameters.",
+        line(INSTALL_PREFIX, env),
+        "",
+        code,
+        "",
+        f"KEVIN_SIGNATURES = {env.signatures!r}",
+        "",
+        "",
+        f"def install(model, path={env.module!r}):",
+        '    """Run the kernel in place of the submodule at ``path`` where it was verified; returns ``model``."""',
+        f"    {names['install_kernel']}(model, path, ModelNew, {env.init_inputs}, signatures=KEVIN_SIGNATURES,",
+        f"                   device={env.device!r}, training={env.training!r}, seed={env.seed!r})",
+        "    return model",
+        "",
+        "",
+        f"def uninstall(model, path={env.module!r}):",
+        '    """Give the submodule at ``path`` its original forward back; returns ``model``."""',
+        f"    {names['uninstall_kernel']}(model, path)",
+        "    return model",
+        "",
+    ])
+
+
+def report_section(task_path: Path, best_record, device: str, seed: int) -> list[str]:
+    """The report's section on putting the kernel back, for a task ``kevin-opt extract`` wrote
+    (empty for any other): where it goes and the envelope it runs in."""
+    try:
+        meta = extracted_from(Path(task_path).read_text(encoding="utf-8"))
+    except OSError:
+        return []
+    if meta is None:
+        return []
+    verified = verified_signatures(meta, best_record.eval)
+    others = [s.key for s in [*meta.signatures, *meta.left_out] if s.key not in verified]
+    stem = f"{Path(task_path).stem}_kevin"
+    return [
+        "## Putting it back into the model", "",
+        f"The task was extracted from `{meta.module or '(the whole model)'}` ({meta.class_name}) of "
+        f"`{meta.model_file}`. `install(model)` of the kernel module replaces that module's forward; the "
+        "kernel runs on the module's own parameters for calls in this envelope, and the original forward "
+        "runs every other call:", "",
+        "| | |", "| --- | --- |",
+        f"| signatures | {', '.join(f'`{k}`' for k in verified)} |",
+        f"| device | {device} |",
+        f"| mode | {'training' if meta.training else 'eval'}, without autograd |",
+        f"| left to the original forward | {', '.join(f'`{k}`' for k in others) or 'no other signature the model uses'} |",
+        "",
+        f"`kevin-opt install {meta.model_file} --kernel {stem}.py` shows the change to the model file "
+        f"(`--write` writes it); `kevin-opt e2e {meta.model_file} --kernel {stem}.py` times the whole model with "
+        "and without it.",
+    ]
+
+
+def install_note(env: InstallEnvelope, stem: str) -> list[str]:
+    """Header lines of a kernel module that installs itself."""
+    extra = [s.key for s in env.recorded if s.key not in env.signatures]
+    lines = [
+        "",
+        f"Extracted from `{env.module or '(the whole model)'}` of {env.model_file}. Put it back into the model with",
+        "",
+        f"    from {stem} import install",
+        "    model = install(model)      # uninstall(model) undoes it",
+        "",
+        f"It runs for calls at {', '.join(env.signatures)} on {env.device} ({'training' if env.training else 'eval'}"
+        " mode, no autograd);",
+        "every other call runs the original forward"
+        + (f", among them the model's calls at {', '.join(extra)}." if extra else "."),
+    ]
+    return lines

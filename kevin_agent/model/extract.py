@@ -1,0 +1,46 @@
+"""``kevin-opt extract``: one module of a model written out as a task file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..config import EvalSettings
+from .jobs import CapturedTask
+from .modelfile import ModelError, ModelFile
+from .process import checked, run_model_job
+
+
+def extract_tasks(model_file: ModelFile, paths: list[str], settings: EvalSettings, *,
+                  timeout_s: float | None = None) -> list[CapturedTask]:
+    """Each module's task file text (or why it cannot be captured), all from one worker."""
+    reply = checked(run_model_job({"mode": "extract", "settings": settings, "model_path": str(model_file.path),
+                                   "modules": paths, "model_file_name": model_file.name},
+                                  timeout_s=timeout_s or settings.run_timeout_s), model_file)
+    return reply.tasks
+
+
+def default_task_path(model_file: ModelFile, path: str) -> Path:
+    """``<model>_<module path>.py`` beside the model file."""
+    part = re.sub(r"\W+", "_", path).strip("_") or "model"
+    return model_file.path.with_name(f"{model_file.path.stem}_{part}.py")
+
+
+def extract_task(model_file: ModelFile, path: str, out: Path | None, settings: EvalSettings, *,
+                 replace: bool = False, timeout_s: float | None = None) -> Path:
+    """Write the task file for the module at ``path``; raise ``ModelError`` when it cannot be
+    captured (nothing is written then)."""
+    target = out or default_task_path(model_file, path)
+    if target.resolve() == model_file.path:
+        raise ModelError(f"{target}: is the model file itself", "pass another -o path")
+    if target.exists() and not replace:
+        raise ModelError(f"{target}: already exists", "pass another -o path, or --replace to overwrite it")
+    task = extract_tasks(model_file, [path], settings, timeout_s=timeout_s)[0]
+    if task.error:
+        where = f"`{path}`" if path else "the whole model"
+        raise ModelError(f"{model_file.given}: {where} cannot be captured as a task: {task.error}",
+                         "write a task file for it by hand (class Model, get_inputs, get_init_inputs) and run "
+                         "kevin-opt on it, with --class NAME if your class has another name")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(task.source, encoding="utf-8")
+    return target

@@ -1,0 +1,117 @@
+"""Parent side of a model worker: the evaluation's worker process (``evaluate/parent/pool.py``:
+its own session, a scrubbed environment, a log, the two pipes, the kill on timeout) with the
+model worker's entry point, job and reply.
+
+The person's model runs only in there: the tool's own process never imports it or touches
+the device.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import EnvironmentUnavailable, KevinError
+from ..evaluate.parent import pool
+from ..evaluate.parent.pool import WorkerProcess, scrubbed_env
+from ..evaluate.reference import Limit
+from .jobs import ModelJob, ModelReply
+from .modelfile import ModelError, ModelFile
+
+ENTRY = "kevin_agent.model.worker.main"
+
+
+class ModelWorker(WorkerProcess):
+    """One model worker. ``WorkerProcess`` starts the evaluation worker with an evaluation job;
+    this starts ``ENTRY`` with a ``ModelJob`` and reads a ``ModelReply``; the rest (following its
+    lines, its time limit, killing its process group, collecting its log) is the same."""
+
+    def __init__(self, job_fields: dict, *, env: dict[str, str], root: Path | None = None) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="kevin-model-", dir=root))
+        progress_r, progress_w = os.pipe()
+        control_r, control_w = os.pipe()
+        job = ModelJob(**job_fields, reply_path=str(self.folder / "reply.json"), progress_fd=progress_w,
+                       control_fd=control_r)
+        job_path = self.folder / "job.json"
+        job_path.write_text(job.model_dump_json())
+        self.reply_path = Path(job.reply_path)
+        self.log_path = self.folder / "log.txt"
+        try:
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", ENTRY, str(job_path)], cwd=self.folder, env=env,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    pass_fds=(progress_w, control_r))
+        except BaseException:
+            for fd in (progress_r, control_w):
+                os.close(fd)
+            raise
+        finally:
+            os.close(progress_w)
+            os.close(control_r)
+        with pool._live_lock:  # killed with the evaluation's workers when the person interrupts
+            pool._live_groups.add(self.proc.pid)
+        self.pid = self.proc.pid
+        self.started = self.assigned_at = time.monotonic()
+        self._progress, self._control = progress_r, control_w
+        self._pending = b""
+        self._eof = False
+        self._log = open(self.log_path, "rb")  # noqa: SIM115 (read as it grows, closed in remove)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stages = []
+        self.finished = False
+        self.waiting_for = ""
+
+    def reply(self) -> ModelReply | None:  # type: ignore[override]
+        if not self.reply_path.is_file():
+            return None
+        return ModelReply.model_validate_json(self.reply_path.read_text(encoding="utf-8"))
+
+
+def run_model_job(job_fields: dict, *, timeout_s: float, extra_env: dict[str, str] | None = None,
+                  on_line=None) -> ModelReply:
+    """Run one model job in a fresh worker; raise a ``KevinError`` when it gives no reply."""
+    worker = ModelWorker(job_fields, env=scrubbed_env(extra_env))
+    try:
+        exceeded = worker.follow(limit=lambda _: Limit(timeout_s, f"{timeout_s:g} s"), on_line=on_line)
+        run = worker.result(exceeded)
+    finally:
+        worker.remove()
+    if run.timed_out:
+        raise EnvironmentUnavailable(f"the model worker ran past its limit of {timeout_s:g} s and was stopped",
+                                     "make get_inputs() smaller, or raise --timeout")
+    if run.reply is None:
+        tail = "\n".join(run.log.strip().splitlines()[-15:])
+        raise KevinError(f"{run.died()} while running the model" + (f":\n{tail}" if tail else ""),
+                         "the model file may crash the interpreter on import; run it with python to see")
+    return run.reply
+
+
+def checked(reply: ModelReply, model_file: ModelFile) -> ModelReply:
+    """The reply when it is a success; else its error as the person should see it."""
+    if reply.ok:
+        return reply
+    if reply.error_kind == "environment":
+        raise EnvironmentUnavailable(reply.error, reply.hint or None)
+    if reply.error_kind == "module":
+        raise ModelError(f"{model_file.given}: {reply.error}", closest_paths(reply.error, reply.paths))
+    hints = {"model": "run the file with python to see the error, and fix it there",
+             "kernel": "check that the kernel module was delivered for this model and module"}
+    raise ModelError(f"{model_file.given}: {reply.error}", reply.hint or hints.get(reply.error_kind))
+
+
+def closest_paths(error: str, paths: list[str]) -> str:
+    """A hint naming the module paths nearest the one asked for (quoted in ``error``)."""
+    wanted = error.split("'")[1] if error.count("'") >= 2 else ""
+    named = [p for p in paths if p]
+    near = difflib.get_close_matches(wanted, named, n=5, cutoff=0.4)
+    near += [p for p in named if wanted and (p.startswith(wanted) or wanted.startswith(p)) and p not in near]
+    shown = near[:5] or named[:8]
+    label = "closest paths" if near else "its module paths"
+    return f"{label}: {', '.join(shown)}" + ("" if near or len(named) <= 8 else f" (and {len(named) - 8} more)")

@@ -1,0 +1,221 @@
+"""What the whole-model commands find and write: one pydantic model per record, each the only
+source of its JSON (``--json`` of ``profile`` and ``e2e``) and of the metadata line of an
+extracted task file. Kept free of torch: the parent reads and writes these without importing it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+PROFILE_SCHEMA = 1
+E2E_SCHEMA = 1
+TASK_SCHEMA = 1
+
+
+class ArgSpec(BaseModel):
+    """One argument of a recorded call, enough to draw another like it."""
+
+    kind: Literal["tensor", "value", "list", "tuple", "other"]
+    shape: list[int] = Field(default_factory=list)
+    dtype: str = ""
+    stride: list[int] | None = None
+    """Strides where the tensor is not contiguous (None: contiguous)."""
+    low: float | None = None
+    high: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    """Floating tensors: the recorded values' range and spread; integer tensors: their range."""
+    value: str = ""
+    """kind value: the Python literal (``repr``); kind other: the type's name."""
+    items: list[ArgSpec] = Field(default_factory=list)
+    """kind list / tuple: the elements."""
+
+    @property
+    def nbytes(self) -> int:
+        if self.kind == "tensor":
+            count = 1
+            for size in self.shape:
+                count *= size
+            return count * _ITEMSIZE.get(self.dtype, 4)
+        return sum(item.nbytes for item in self.items)
+
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+             "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+
+
+class SignatureCount(BaseModel):
+    """One distinct input signature of a module and how often one forward uses it."""
+
+    key: str
+    """``guard.call_signature``: dtype[shape] per argument, strides where not contiguous."""
+    calls: int
+    """Calls per forward with this signature."""
+    args: list[ArgSpec]
+    output_bytes: int = 0
+    """Bytes of the tensors one such call returns."""
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(a.nbytes for a in self.args)
+
+
+class SignatureUse(BaseModel):
+    """A signature by its key alone, and how often one forward uses it."""
+
+    key: str
+    calls: int
+
+
+class ModuleProfile(BaseModel):
+    """One ``nn.Module`` instance of the model, as one forward of it uses it."""
+
+    path: str
+    """Its path in the model (``blocks.3.mlp``); empty for the model itself."""
+    class_name: str
+    calls: float
+    """Calls per forward."""
+    signatures: list[SignatureCount]
+    """Most frequent first."""
+    time_ms: float
+    """Per forward, its children included."""
+    self_ms: float
+    """Per forward, its children's time left out."""
+    children: list[str] = Field(default_factory=list)
+    """The modules it calls directly (their paths)."""
+    share: float
+    """time_ms over the whole forward's time, both measured under the profiler."""
+    amdahl: float | None
+    """The whole model's speedup if this module took no time at all (None: the whole model)."""
+    library: str = ""
+    """``gemm``, ``conv``, ``attention`` or ``rnn`` when the module is nothing but one library call of
+    that kind per call (a kernel rarely beats the vendor library there); else empty."""
+    library_ms: float = 0.0
+    """Per forward, the time of library GEMMs/convolutions inside it, which a kernel at best matches."""
+    floor_ms: float = 0.0
+    """Per forward, the least time its inputs and outputs take to move at the measured bandwidth."""
+    headroom: float = 0.0
+    """The part of its time a kernel could remove: 1 - (floor + library time) / time, at least 0."""
+    saving: float = 0.0
+    """share x headroom: the part of the whole forward a kernel for it could save."""
+    own_saving: float = 0.0
+    """``saving`` less what kernels for the modules it calls could save themselves: what only a
+    kernel for this module saves. The ranking's key."""
+    rank: int | None = None
+    """1 for the most promising module; None for the model itself and for modules with nothing to save."""
+
+    @property
+    def headline(self) -> SignatureCount | None:
+        return self.signatures[0] if self.signatures else None
+
+
+class ModelProfile(BaseModel):
+    """``kevin-opt profile``: where one forward of a whole model spends its time."""
+
+    schema_version: int = PROFILE_SCHEMA
+    model_file: str
+    device: str
+    device_name: str
+    forward_ms: float
+    """Median time of one forward without the profiler."""
+    profiled_forward_ms: float
+    """One forward under the profiler (the module times and shares are measured against this)."""
+    forwards: int
+    """Forwards profiled."""
+    bandwidth_gb_s: float
+    bandwidth_source: str = "measured"
+    cpu_threads: int | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    wall_s: float = 0.0
+    modules: list[ModuleProfile]
+    """The model itself first, then the ranked modules in rank order, then the rest."""
+
+    def module(self, path: str) -> ModuleProfile | None:
+        return next((m for m in self.modules if m.path == path), None)
+
+    @property
+    def ranked(self) -> list[ModuleProfile]:
+        return [m for m in self.modules if m.rank is not None]
+
+
+class ExtractedTask(BaseModel):
+    """What an extracted task file says about where it came from (its ``# kevin-opt-extracted:`` line)."""
+
+    schema_version: int = TASK_SCHEMA
+    model_file: str
+    """The model file's name, as the person passed it."""
+    module: str
+    """The module's path in the model."""
+    class_name: str
+    capture: Literal["source", "fx", "export"]
+    """How the forward was captured: the module's own source, torch.fx, or torch.export."""
+    training: bool
+    """The module's mode when it was recorded; the installed kernel runs only in that mode."""
+    init_inputs: str = "[]"
+    """``get_init_inputs()``'s list, as a Python literal."""
+    signatures: list[SignatureUse]
+    """The signatures the task covers, most frequent first; the first is ``get_inputs()``'s. Every
+    one the model uses, except where a graph fixed the other arguments' values (``left_out``)."""
+    left_out: list[SignatureUse] = Field(default_factory=list)
+    """Signatures the model uses that the task does not cover: a captured graph holds the other
+    arguments at the headline's values, and these pass others. Their calls keep the original forward."""
+
+
+class E2EResult(BaseModel):
+    """``kevin-opt e2e``: the whole model with and without the kernel, each in fresh workers."""
+
+    schema_version: int = E2E_SCHEMA
+    model_file: str
+    kernel_file: str
+    module: str
+    device: str
+    device_name: str
+    baseline_ms: float
+    """Median forward in a worker without the kernel (the best of the rounds)."""
+    kernel_ms: float
+    """Median forward in a worker with the kernel installed (the best of the rounds)."""
+    speedup: float
+    """The whole model's speedup: in each round's worker with the kernel, the model timed with it
+    and without it call by call, interleaved; the median of the rounds' medians of the ratio."""
+    workers_speedup: float
+    """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
+    share: float | None
+    """The module's share of the forward, from the profile."""
+    module_speedup: float | None
+    """The kernel's own speedup, as its module claims it."""
+    predicted: float | None
+    """Amdahl: 1 / ((1 - share) + share / module_speedup)."""
+    outputs_match: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatch: str = ""
+    tolerance: str = "strict"
+    kernel_calls: float
+    """Calls per forward that took the kernel."""
+    fallback_calls: float
+    """Calls per forward that ran the original forward (outside the kernel's envelope)."""
+    rounds: int
+    slower: bool
+    """The whole model is slower with the kernel."""
+    wall_s: float = 0.0
+
+
+class InstallEnvelope(BaseModel):
+    """Where a delivered kernel may run in the model (its ``# kevin-opt-install:`` line)."""
+
+    schema_version: int = TASK_SCHEMA
+    model_file: str
+    module: str
+    class_name: str
+    device: str
+    """The device type it was verified on."""
+    training: bool
+    signatures: list[str]
+    """The signatures it was verified at; every other call runs the original forward."""
+    recorded: list[SignatureUse] = Field(default_factory=list)
+    """Every signature the model used, as extracted (the envelope is the verified part of it)."""
+    init_inputs: str = "[]"
+    seed: int = 0
+    code_sha256: str = ""
+    """sha256 of the kernel's code as the run built it (the build cache is keyed by that text)."""

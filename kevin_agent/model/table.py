@@ -1,0 +1,126 @@
+"""A profile in words: the ranked table that ``kevin-opt profile`` prints and the TUI shows, and
+the e2e verdict. One set of cells for both, so the two never disagree."""
+
+from __future__ import annotations
+
+from .records import E2EResult, ModelProfile, ModuleProfile
+
+COLUMNS = ("#", "module", "class", "calls", "ms/fwd", "share", "amdahl", "headroom", "saves", "note")
+RIGHT = {"calls", "ms/fwd", "share", "amdahl", "headroom", "saves"}
+LIBRARY_WORDS = {"gemm": "library GEMM", "conv": "library conv", "attention": "library attention",
+                 "rnn": "library RNN"}
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%" if value < 0.995 else f"{100 * value:.0f}%"
+
+
+def note(m: ModuleProfile) -> str:
+    if m.library:
+        return LIBRARY_WORDS.get(m.library, m.library)
+    if m.library_ms > 0 and m.time_ms > 0:
+        return f"{_pct(m.library_ms / m.time_ms)} library"
+    if m.path and m.rank is None and m.headroom == 0 and m.time_ms > 0:
+        return "at its floor"
+    return ""
+
+
+def cells(m: ModuleProfile) -> tuple[str, ...]:
+    root = not m.path
+    calls = f"{m.calls:g}"
+    return (
+        "" if root else str(m.rank) if m.rank is not None else "-",
+        "(model)" if root else m.path,
+        m.class_name,
+        calls,
+        f"{m.time_ms:.3g}" if m.time_ms < 100 else f"{m.time_ms:.0f}",
+        _pct(m.share),
+        "" if m.amdahl is None else f"{m.amdahl:.2f}x" if m.amdahl < 100 else ">100x",
+        "" if root else _pct(m.headroom),
+        "" if root else _pct(m.own_saving) if m.rank is not None else "-",
+        note(m),
+    )
+
+
+def _fit(text: str, width: int, *, keep_end: bool = False) -> str:
+    if len(text) <= width:
+        return text
+    return "…" + text[-(width - 1):] if keep_end else text[:width - 1] + "…"
+
+
+SHRINK = (("class", 8), ("calls", 0), ("headroom", 0), ("note", 12), ("module", 12), ("note", 4))
+"""Columns given up first when the table is too wide, and the least each keeps (0: dropped)."""
+
+
+def table_lines(profile: ModelProfile, width: int = 100, limit: int | None = 30) -> list[str]:
+    """The table: the model first, then the ranked modules, then the rest (the first ``limit``)."""
+    rows = [cells(m) for m in profile.modules[: (limit + 1) if limit else None]]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
+    for name, least in SHRINK:
+        over = sum(w + 2 for w in widths if w) - 2 - width
+        if over <= 0:
+            break
+        i = COLUMNS.index(name)
+        widths[i] = 0 if least == 0 else max(least, widths[i] - over)
+    out = []
+    for row in [COLUMNS, *rows]:
+        parts = []
+        for i, (cell, w) in enumerate(zip(row, widths)):
+            if w == 0:
+                continue
+            cell = _fit(cell, w, keep_end=COLUMNS[i] == "module")
+            parts.append(cell.rjust(w) if COLUMNS[i] in RIGHT or i == 0 else cell.ljust(w))
+        out.append("  ".join(parts).rstrip())
+    if limit and len(profile.modules) > limit + 1:
+        out.append(f"... and {len(profile.modules) - limit - 1} more modules (see --json)")
+    return out
+
+
+def _threads(profile: ModelProfile) -> str:
+    n = profile.cpu_threads
+    return f", {n} thread{'s' if n != 1 else ''}" if n else ""
+
+
+def summary_lines(profile: ModelProfile) -> list[str]:
+    threads = _threads(profile)
+    return [
+        f"{profile.model_file} on {profile.device} ({profile.device_name}{threads}): {profile.forward_ms:.3g} ms "
+        f"per forward ({profile.profiled_forward_ms:.3g} ms under the profiler, {profile.forwards} forwards)",
+        f"bandwidth {profile.bandwidth_gb_s:.1f} GB/s {profile.bandwidth_source}; ranked by what a kernel for "
+        "the module alone could save of the forward",
+    ]
+
+
+def short_summary(profile: ModelProfile) -> str:
+    """The summary in one line, for the terminal UI's header."""
+    threads = _threads(profile)
+    return (f"{profile.model_file} · {profile.device}{threads} · {profile.forward_ms:.3g} ms per forward · "
+            f"{profile.bandwidth_gb_s:.1f} GB/s · ranked by what a kernel for the module alone could save")
+
+
+def signature_lines(profile: ModelProfile, top: int = 3) -> list[str]:
+    out = []
+    for m in profile.ranked[:top]:
+        sigs = "; ".join(f"{s.key} x{s.calls}" for s in m.signatures[:4])
+        more = f" (+{len(m.signatures) - 4} more)" if len(m.signatures) > 4 else ""
+        out.append(f"  {m.path}: {sigs}{more}")
+    return ["signatures (calls per forward):", *out] if out else []
+
+
+def e2e_lines(result: E2EResult) -> list[str]:
+    lines = [f"whole model: {result.baseline_ms:.3g} ms per forward without the kernel, {result.kernel_ms:.3g} ms "
+             f"with it (best of {result.rounds} rounds of fresh workers: {result.workers_speedup:.2f}x)"]
+    predicted = (f"; Amdahl predicts {result.predicted:.2f}x from its {_pct(result.share)} share and its own "
+                 f"{result.module_speedup:.2f}x" if result.predicted is not None else "")
+    verdict = f"speedup {result.speedup:.2f}x (with and without it, interleaved){predicted}"
+    if result.slower:
+        verdict = f"the kernel makes the whole model SLOWER: {result.speedup:.2f}x{predicted}"
+    lines.append(verdict)
+    lines.append(f"kernel calls per forward: {result.kernel_calls:g}; calls that ran the original forward: "
+                 f"{result.fallback_calls:g}")
+    if result.outputs_match:
+        err = f" (max abs err {result.max_abs_err:.3g})" if result.max_abs_err is not None else ""
+        lines.append(f"outputs match within the {result.tolerance} tolerance{err}")
+    else:
+        lines.append(f"outputs DIFFER beyond the {result.tolerance} tolerance: {result.mismatch}")
+    return lines

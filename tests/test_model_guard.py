@@ -1,0 +1,122 @@
+"""The guard that puts a kernel back into a real model: the kernel runs only where it was
+verified (signature, device, mode, no autograd), the original forward everywhere else, and the
+kernel uses the module's own parameters. The "kernel" here is a Python module computing the same
+thing another way, so nothing compiles; the delivered C++ kernel is installed in test_model_e2e."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from kevin_agent.model.worker.guard import (
+    KernelGuard,
+    bound_arguments,
+    call_signature,
+    install_kernel,
+    uninstall_kernel,
+)
+
+
+class Scale(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x, shift=None):
+        return x * self.weight + (0.0 if shift is None else shift)
+
+
+class ScaleKernel(nn.Module):
+    """Stands in for a verified kernel: same result, computed its own way, and it counts."""
+
+    calls = 0
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x, shift):
+        ScaleKernel.calls += 1
+        return torch.addcmul(torch.zeros_like(x) + (0.0 if shift is None else shift), x, self.weight)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = Scale(8)
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = self.scale(x)                       # float32[4,8], twice per forward
+        b = self.scale(x[:2])                   # float32[2,8]
+        c = self.scale(x.t().contiguous().t())  # float32[4,8] with strides (1,4)
+        d = self.scale(x, shift=1.0)            # float32[4,8], 1.0
+        return self.out(self.scale(a) + b.sum() + c + d)
+
+
+@pytest.fixture
+def net():
+    torch.manual_seed(0)
+    model = Net().eval()
+    return model, torch.randn(4, 8)
+
+
+def test_signature_names_every_argument_in_forward_order():
+    s = Scale(8)
+    x = torch.randn(4, 8)
+    assert call_signature(bound_arguments(s.forward, (x,), {})) == "float32[4,8], None"
+    assert call_signature(bound_arguments(s.forward, (), {"x": x, "shift": 1.0})) == "float32[4,8], 1.0"
+    assert call_signature(bound_arguments(s.forward, (x.t(),), {})) == "float32[8,4]@1,8, None"
+
+
+def test_kernel_runs_only_at_the_signature_it_was_verified_at(net):
+    model, x = net
+    with torch.no_grad():
+        want = model(x)
+    ScaleKernel.calls = 0
+    guard = install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cpu",
+                           training=False)
+    assert isinstance(model.scale.forward, KernelGuard)
+    with torch.no_grad():
+        got = model(x)
+    # self.scale(x) and self.scale(a): the kernel; x[:2], the strided copy and shift=1.0: the original
+    assert (guard.kernel_calls, guard.fallback_calls) == (2, 3) and ScaleKernel.calls == 2
+    torch.testing.assert_close(got, want)
+    # the kernel holds the module's own parameter, not a copy: new weights reach it
+    assert guard.kernel.weight is model.scale.weight
+    with torch.no_grad():
+        model.scale.weight.mul_(2.0)
+        again = model(x)
+    uninstall_kernel(model, "scale")
+    assert "forward" not in model.scale.__dict__
+    with torch.no_grad():
+        torch.testing.assert_close(again, model(x))
+
+
+def test_autograd_mode_and_device_keep_the_original(net):
+    model, x = net
+    guard = install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cpu",
+                           training=False)
+    model(x).sum().backward()  # autograd records: the kernel has no backward
+    assert guard.kernel_calls == 0 and model.scale.weight.grad is not None
+    model.train()
+    with torch.no_grad():
+        model(x)
+    assert guard.kernel_calls == 0  # extracted in eval mode
+    model.eval()
+    uninstall_kernel(model, "scale")
+    install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cuda", training=False)
+    with torch.no_grad():
+        model(x)
+    assert model.scale.forward.kernel_calls == 0  # verified on another device
+
+
+def test_a_second_install_and_an_uninstall_without_one_are_refused(net):
+    model, _ = net
+    with pytest.raises(ValueError, match="already installed"):
+        install_kernel(model, "scale", ScaleKernel, [8], signatures=[], device="cpu", training=False)
+        install_kernel(model, "scale", ScaleKernel, [8], signatures=[], device="cpu", training=False)
+    uninstall_kernel(model, "scale")
+    with pytest.raises(ValueError, match="no kernel is installed"):
+        uninstall_kernel(model, "scale")

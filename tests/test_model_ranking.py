@@ -1,0 +1,85 @@
+"""The ranking of a profile and its table, on profiles written out by hand (no worker, no torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin_agent.model.ranking import amdahl, rank
+from kevin_agent.model.records import (
+    ArgSpec,
+    ModelProfile,
+    ModuleProfile,
+    SignatureCount,
+)
+from kevin_agent.model.table import cells, table_lines
+
+
+def sig(shape, calls=1, out=None) -> SignatureCount:
+    arg = ArgSpec(kind="tensor", shape=list(shape), dtype="float32")
+    return SignatureCount(key=f"float32[{','.join(map(str, shape))}]", calls=calls, args=[arg],
+                          output_bytes=out if out is not None else arg.nbytes)
+
+
+def module(path, time_ms, *, children=(), library="", library_ms=0.0, shape=(1024, 1024), cls="M"):
+    return ModuleProfile(path=path, class_name=cls, calls=1, signatures=[sig(shape)], time_ms=time_ms,
+                         self_ms=time_ms, children=list(children), share=0.0, amdahl=None, library=library,
+                         library_ms=library_ms)
+
+
+def profile(*modules, bandwidth=10.0) -> ModelProfile:
+    return ModelProfile(model_file="m.py", device="cpu", device_name="cpu", forward_ms=100.0,
+                        profiled_forward_ms=100.0, forwards=5, bandwidth_gb_s=bandwidth, modules=list(modules))
+
+
+def test_a_block_does_not_outrank_the_module_that_holds_its_saving():
+    # block = norm + GEMM + act: its saving is mostly act's and norm's, so they rank above it
+    ranked = rank(profile(
+        module("", 100.0, children=["block"]),
+        module("block", 90.0, children=["block.norm", "block.fc", "block.act"], library_ms=30.0),
+        module("block.norm", 10.0),
+        module("block.fc", 30.0, library="gemm", library_ms=30.0),
+        module("block.act", 45.0),
+    ))
+    order = [m.path for m in ranked.ranked]
+    assert order[:2] == ["block.act", "block.norm"], order
+    fc = ranked.module("block.fc")
+    assert fc.rank is None and fc.headroom == 0 and fc.saving == 0
+    block = ranked.module("block")
+    # its own saving is what its children's kernels leave: its glue ops and the traffic between them
+    children = sum(ranked.module(c).saving for c in block.children)
+    assert block.own_saving == pytest.approx(max(0.0, block.saving - children))
+    assert ranked.modules[0].path == "" and ranked.modules[0].rank is None and ranked.modules[0].amdahl is None
+
+
+def test_share_bound_and_headroom_against_the_floor():
+    # 8 MiB in, 8 MiB out at 10 GB/s: 1.68 ms at the copy rate, 0.42 ms with the cpu headroom of 4
+    ranked = rank(profile(module("", 100.0, children=["a", "b"]), module("a", 40.0, shape=(2048, 1024)),
+                          module("b", 0.5, shape=(2048, 1024))))
+    a, b = ranked.module("a"), ranked.module("b")
+    assert a.share == pytest.approx(0.4) and a.amdahl == pytest.approx(1 / 0.6)
+    assert a.floor_ms == pytest.approx(2 * 2048 * 1024 * 4 / (4 * 10e6))
+    assert a.headroom == pytest.approx(1 - a.floor_ms / 40.0)
+    assert a.saving == pytest.approx(a.share * a.headroom) and a.rank == 1
+    # b runs close to its floor: little to save, so it ranks below a although it moves as much
+    assert b.headroom < 0.2 and (b.rank is None or b.rank > a.rank)
+
+
+def test_amdahl_prediction():
+    assert amdahl(0.5, 2.0) == pytest.approx(1 / 0.75)
+    assert amdahl(0.6, 6.0) == pytest.approx(1 / (0.4 + 0.1))
+
+
+@pytest.mark.parametrize("path", ["layers.11.mlp.act", "encoder.layers.11.attention.output.dense_activation"])
+def test_table_fits_80_columns_and_keeps_paths_whole_first(path):
+    ranked = rank(profile(module("", 100.0, children=[path, "x"]), module(path, 50.0, cls="AVeryLongActivationClass"),
+                          module("x", 10.0, library="gemm", library_ms=10.0, cls="Linear")))
+    lines = table_lines(ranked, width=80)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].split()[:3] == ["#", "module", "class"] and "share" in lines[0] and "saves" in lines[0]
+    top = next(line for line in lines if line.startswith("1  "))
+    gemm = next(line for line in lines if line.startswith("-"))
+    if len(path) < 20:  # a path of usual length stays whole, and so does the note; the class gives way
+        assert path in top and "library GEMM" in gemm and "AVeryLo…" in top
+    else:  # a long one keeps its end, the part that tells modules apart
+        assert "…" in top and path[-8:] in top
+    assert cells(ranked.module("x"))[-1] == "library GEMM"
