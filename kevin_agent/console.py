@@ -3,13 +3,15 @@ with their hints, and whether to open the terminal UI at all."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .errors import KevinError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def print_error(exc: KevinError, stream: TextIO | None = None) -> int:
@@ -34,9 +36,12 @@ def interactive(args) -> bool:
     return sys.stdout.isatty() and sys.stdin.isatty()
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, record: BaseModel) -> None:
+    """A ``--json`` file: one of ``results.records``' records, through its one serializer."""
+    from .results.records import to_json
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        path.write_text(to_json(record), encoding="utf-8")
     except OSError as exc:
         raise KevinError(f"cannot write {path} ({exc.strerror})", "pass a writable --json path") from None

@@ -175,7 +175,7 @@ def test_the_best_distinct_kernels_are_confirmed_and_the_confirmation_picks_the_
     report = render_markdown(info, records)
     assert "## Best kernel: trajectory 0, turn 3" in report and "**2.21x** (95% interval 2.17x - 2.23x)" in report
     assert "| trajectory 0, turn 1 | 1.50x | - |" in report  # the dropped one, with why
-    data = build_report_data(info, records)
+    data = build_report_data(info, records).model_dump(mode="json")
     assert data["best"]["confirmation"]["ci95"] == [2.21 * 0.98, 2.21 * 1.01]
     module = render_kernel_module(task, best, info)
     assert "speedup vs eager PyTorch:  2.21x (95% interval 2.17-2.23x, 200 rounds)" in module

@@ -157,7 +157,7 @@ def test_an_untracked_target_is_replaced_only_when_asked(project):
     d = deliver(plan, task, run_info(task), sample_records())
     assert d.outcome == "refused" and scratch.read_text() == "my notes, not in git\n"
     assert not (task.path.parent / "my_relu_kevin.py").exists()
-    d = deliver(plan.allowing_replace(), task, run_info(task), sample_records())  # the TUI's "Replace"
+    d = deliver(plan.consented(), task, run_info(task), sample_records())  # the TUI's yes
     assert d.committed and scratch.read_text().startswith("# kevin-opt report")
 
 

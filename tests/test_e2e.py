@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_exit_code_and_summary(finished):
     assert all(k["verified"] for k in kernels)
     assert (best["turn"], best["speedup"]) == max(((k["turn"], k["speedup_median"]) for k in kernels),
                                                   key=lambda k: k[1])
-    assert os.path.isfile(best["kernel_path"])
+    assert os.path.isfile(Path(summary["run_dir"]) / best["kernel_path"])  # relative, as in every record
     assert summary["commit"]
     # The commit message and the module's header quote the same median and interval.
     interval = f"95% interval {low:.2f}-{high:.2f}x"
@@ -203,9 +204,36 @@ def test_junit_reporter_plugin(finished):
     assert "best" in cases[-1].get("name") and cases[-1].find("failure") is None
 
 
+def test_every_file_written_for_tools_has_one_layout(finished, tmp_path):
+    # The summary, the committed report, check --json and history --json: one schema, one model
+    # each, and the same names for the same facts (a CI script reads one field in all of them).
+    from kevin_agent.results.records import SCHEMA, CheckRecord, HistoryRecord, ReportRecord, RunSummary
+
+    repo, _ = finished
+    summary = json.loads((repo / "summary.json").read_text())
+    report = json.loads((repo / "rmsnorm_kevin_report.json").read_text())
+    proc = kevin("history", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    history = json.loads(proc.stdout)
+    kernel = Path(summary["run_dir"]) / summary["best"]["kernel_path"]
+    assert kevin("check", repo / "rmsnorm.py", kernel, "--device", "cpu", "--timed-runs", "10", "--json",
+                 tmp_path / "c.json").returncode == 0
+    check = json.loads((tmp_path / "c.json").read_text())
+    for data, model, kind in ((summary, RunSummary, "run-summary"), (report, ReportRecord, "report"),
+                              (history, HistoryRecord, "history"), (check, CheckRecord, "check")):
+        assert (data["schema"], data["kind"]) == (SCHEMA, kind)
+        assert model.model_validate(data).model_dump(mode="json") == data  # nothing outside the model
+    assert summary["turns"] == report["turns"] and len(summary["turns"]) == TURNS
+    for field in ("trajectory", "turn", "speedup", "runtime_ms", "reference_ms", "confirmation", "kernel_path"):
+        assert summary["best"][field] == report["best"][field], field
+    assert history["runs"][0]["best_speedup"] == summary["best"]["speedup"] and history["runs"][0]["best_confirmed"]
+    assert check["runtime_ms"] > 0 and check["speedup"] > 0 and set(check) >= {"runtime_ms", "reference_ms"}
+
+
 def test_check_command_on_a_verified_and_a_cheating_candidate(finished, tmp_path):
     repo, _ = finished
-    best = json.loads((repo / "summary.json").read_text())["best"]["kernel_path"]
+    summary = json.loads((repo / "summary.json").read_text())
+    best = Path(summary["run_dir"]) / summary["best"]["kernel_path"]
     proc = kevin("check", repo / "rmsnorm.py", best, "--device", "cpu", "--timed-runs", "10", "--compare-compile",
                  "--json", tmp_path / "c.json")
     assert proc.returncode == 0, proc.stderr

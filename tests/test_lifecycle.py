@@ -30,8 +30,8 @@ from kevin_agent.errors import RunLocked
 from kevin_agent.delivery.kernel_module import read_claim
 from kevin_agent.run.launch import start_run
 from kevin_agent.registry import build_registry
-from kevin_agent.run.runlock import LOCK_FILE, RunLock, lock_owner
-from kevin_agent.run.store import RunStore, effective_status, list_runs
+from kevin_agent.store import LOCK_FILE, RunLock, lock_owner
+from kevin_agent.store import RunStore, effective_status, list_runs
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.screens.dialogs import ConfirmScreen
 
@@ -43,7 +43,7 @@ from .tui_support import build_store, fixed_info
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kevin_agent.run.runlock import RunLock
+    from kevin_agent.store import RunLock
     lock = RunLock.acquire(Path(sys.argv[1]))
     print("held", flush=True)
     time.sleep(600)
@@ -105,7 +105,7 @@ def test_effective_status_keeps_recorded_endings(tmp_path):
 FORKING_HOLDER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from kevin_agent.run.runlock import RunLock
+    from kevin_agent.store import RunLock
     lock = RunLock.acquire(Path(sys.argv[1]))
     child = os.fork()
     if child == 0:
@@ -219,7 +219,9 @@ class Project:
     def history(self) -> list[dict]:
         proc = kevin("history", "--json", cwd=self.root)
         assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        data = json.loads(proc.stdout)
+        assert (data["schema"], data["kind"]) == (1, "history")
+        return data["runs"]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from kevin_agent.config import RunConfig
 from kevin_agent.run.launch import resume_run, start_run
 from kevin_agent.registry import build_registry
 from kevin_agent.results import Stage, Status, TurnRecord
-from kevin_agent.run.store import RunStore
+from kevin_agent.store import RunStore
 
 TASK = '''import torch
 import torch.nn as nn

@@ -47,7 +47,7 @@ def test_profile_ranks_the_example_around_its_activation(repo):
     assert proc.returncode == 0, proc.stderr
     assert took < 30, f"profile took {took:.1f} s"
     data = json.loads((repo / "profile.json").read_text())
-    assert data["schema_version"] == 1 and data["device"] == "cpu" and data["cpu_threads"] == 1
+    assert (data["schema"], data["kind"]) == (1, "profile") and data["device"] == "cpu" and data["cpu_threads"] == 1
     modules = {m["path"]: m for m in data["modules"]}
     ranked = [m["path"] for m in data["modules"] if m["rank"] is not None]
     assert ranked[0] == "act", ranked

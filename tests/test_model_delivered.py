@@ -13,7 +13,7 @@ import torch.nn as nn
 from kevin_agent.delivery.kernel_module import render_kernel_module
 from kevin_agent.delivery.report import render_markdown
 from kevin_agent.model.delivered import verified_signatures
-from kevin_agent.model.e2e import kernel_code
+from kevin_agent.delivery.e2e import kernel_code
 from kevin_agent.model.marks import (
     EXTRACTED_PREFIX,
     extracted_from,

@@ -16,7 +16,7 @@ import torch
 
 from kevin_agent.config import EvalSettings
 from kevin_agent.evaluate.toolchain import cache
-from kevin_agent.model.e2e import kernel_code
+from kevin_agent.delivery.e2e import kernel_code
 from kevin_agent.model.marks import read_envelope
 
 from .clihelp import kevin

@@ -12,6 +12,7 @@ from .run_records import correct, failed, run_info, sample_records, write_task
 from kevin_agent.delivery.kernel_module import render_kernel_module
 from kevin_agent.delivery.report import build_report_data, render_markdown, write_report
 from kevin_agent.results import Status, best_record
+from kevin_agent.results.records import SCHEMA, to_json
 
 PURE_CANDIDATE = '''\
 import torch
@@ -88,7 +89,8 @@ def test_write_report_writes_md_json_and_png(tmp_path):
     assert _png_size(paths.chart.read_bytes()) == (960, 540)
 
     data = json.loads(paths.json.read_text())
-    assert data == build_report_data(run_info(task), sample_records())
+    assert data == json.loads(to_json(build_report_data(run_info(task), sample_records())))
+    assert (data["schema"], data["kind"], data["turns_per_trajectory"]) == (SCHEMA, "report", 3)
     best = data["best"]
     assert (best["trajectory"], best["turn"], best["speedup"], best["speedup_vs_compile"]) == (0, 3, 1.83, 1.21)
     assert best["timings"]["eager"]["median_ms"] == 2.0
@@ -101,7 +103,7 @@ def test_write_report_writes_md_json_and_png(tmp_path):
     assert data["versions"]["torch"] == "2.13.0+cpu"
     assert data["task"] == {"file": "my_relu.py", "name": "my_relu", "class_name": "MyRelu", "digest": task.digest}
     assert data["status_counts"] == {"compile_error": 1, "incorrect": 1, "correct": 3, "check_failed": 1}
-    assert [(r["trajectory"], r["turn"], r["status"], r["speedup"]) for r in data["records"]] == [
+    assert [(r["trajectory"], r["turn"], r["status"], r["speedup"]) for r in data["turns"]] == [
         (0, 1, "compile_error", None), (0, 2, "correct", 1.4), (0, 3, "correct", 1.83),
         (1, 1, "incorrect", None), (1, 2, "correct", 1.1), (1, 3, "check_failed", None),
     ]
@@ -177,13 +179,13 @@ def test_stage_totals_sum_the_recorded_stage_times(tmp_path):
     from kevin_agent.results import StageTimes
 
     records = sample_records()
-    assert build_report_data(run_info(write_task(tmp_path)), records)["stage_totals_s"] is None
+    assert build_report_data(run_info(write_task(tmp_path)), records).stage_totals_s is None
     assert "## Evaluation time" not in render_markdown(run_info(write_task(tmp_path)), records)
     times = [StageTimes(queue=1.0, compile=30.0, load=0.1, correctness=0.4, timing=0.5),
              StageTimes(queue=2.0, compile=0.0, load=0.2, correctness=0.6, timing=1.5)]
     for rec, t in zip((records[0], records[2]), times):
         rec.eval.stage_s = t
-    data = build_report_data(run_info(write_task(tmp_path)), records)
+    data = build_report_data(run_info(write_task(tmp_path)), records).model_dump(mode="json")
     assert data["stage_totals_s"] == {"queue": 3.0, "compile": 30.0, "load": 0.3, "correctness": 1.0,
                                       "timing": 2.0, "evaluations": 2}
     md = render_markdown(run_info(write_task(tmp_path)), records)

@@ -18,7 +18,7 @@ from kevin_agent.run.launch import resume_run, start_run
 from kevin_agent.registry import build_registry
 from kevin_agent.results import EvalResult, Stage, Status, TurnRecord
 from kevin_agent.engine.search import BeamSearch, default_beam_width, rank_key
-from kevin_agent.run.store import RunStore
+from kevin_agent.store import RunStore
 
 from .test_loop import TASK, Events
 

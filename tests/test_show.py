@@ -5,7 +5,7 @@ from __future__ import annotations
 from kevin_agent.cli import main
 from kevin_agent.formatting import stage_times
 from kevin_agent.results import StageTimes, Status, TurnRecord
-from kevin_agent.run.store import RunStore
+from kevin_agent.store import RunStore
 
 from .tui_support import beam_run, build_store, confirmed_run, correct_eval, fixed_info, fixed_records
 

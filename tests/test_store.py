@@ -6,7 +6,7 @@ import pytest
 
 from kevin_agent.errors import RunNotFound
 from kevin_agent.results import RunInfo, Status, TaskRef, TurnRecord
-from kevin_agent.run.store import RunStore, default_runs_root, list_runs, new_run_id, now_iso
+from kevin_agent.store import RunStore, default_runs_root, list_runs, new_run_id, now_iso
 
 from .conftest import git_init
 

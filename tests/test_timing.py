@@ -196,7 +196,7 @@ def test_report_header_and_json_show_the_graph_column_and_the_tolerance(tmp_path
     assert "Times are the GPU's own time for each call" in md and "the host's launch speed is not in it" in md
     assert "- tolerance: kernelbench (atol 0.01, rtol 0.01), reference TF32 off" in md
     assert "- work off the stream: 1.0 µs" in md and "- physical floor: " in md and "implausible" not in md
-    best = build_report_data(info, [rec])["best"]
+    best = build_report_data(info, [rec]).model_dump(mode="json")["best"]
     assert best["cuda_graph"]["runtime"]["median_ms"] == 0.0021 and best["cuda_graph"]["reference"] is None
     assert best["correctness"]["tolerance"] == "kernelbench" and best["correctness"]["reference_tf32"] is False
     assert best["implausible"] is False and best["sync_check"]["overhead_ms"] == 0.017

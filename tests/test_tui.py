@@ -26,7 +26,7 @@ from kevin_agent.events import EvalOutput, TokenDelta
 from kevin_agent.registry import build_registry
 from kevin_agent.results import Status
 from kevin_agent.run.launch import resume_run, start_run
-from kevin_agent.run.store import RunStore, list_runs
+from kevin_agent.store import RunStore, list_runs
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import TuiSink, message_for
 from kevin_agent.tui.screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen

@@ -22,7 +22,7 @@ from kevin_agent.events import (
     TurnStarted,
 )
 from kevin_agent.results import Stage, StageTimes, Status, TurnRecord
-from kevin_agent.run.store import RunStore
+from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.format import MARKS
 from kevin_agent.tui.messages import message_for

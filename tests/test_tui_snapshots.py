@@ -12,7 +12,7 @@ import pytest
 from kevin_agent.events import EvalOutput, EvalStage, GenerationFinished, TokenDelta, TurnStarted
 from kevin_agent.results import Stage
 from kevin_agent.results import TurnRecord
-from kevin_agent.run.store import RunStore
+from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import message_for
 from kevin_agent.tui.screens.dialogs import ConfirmScreen, commit_summary

@@ -25,7 +25,7 @@ from kevin_agent.results import (
     TurnRecord,
     Violation,
 )
-from kevin_agent.run.store import RunStore
+from kevin_agent.store import RunStore
 
 KERNEL_V1 = '''import torch
 from torch.utils.cpp_extension import load_inline

@@ -16,8 +16,9 @@ from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, 
 from .progress import ProgressPrinter, turn_error, turn_line
 from ..registry import Registry
 from ..results import Status
+from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
 from ..engine.lineage import tree_lines
-from ..run.store import RunStore, default_runs_root, effective_status, list_runs
+from ..store import RunStore, default_runs_root, effective_status, list_runs
 
 
 def config_overrides(args) -> dict[str, Any]:
@@ -142,35 +143,11 @@ def cmd_check(args, registry: Registry) -> int:
         if result.error:
             reasons.append(result.error)
         reasons.extend(result.flags)
-    out = {
-        "status": status.value,
-        "correct": bool(result and result.correct),
-        "speedup": result.speedup if result else None,
-        "speedup_vs_compile": result.speedup_vs_compile if result else None,
-        "runtime_ms": result.runtime.median_ms if result and result.runtime else None,
-        "reference_ms": result.reference.median_ms if result and result.reference else None,
-        "max_abs_err": result.max_abs_err if result else None,
-        "max_rel_err": result.max_rel_err if result else None,
-        "tolerance": result.tolerance if result else config.tolerance,
-        "atol": result.atol if result else None,
-        "rtol": result.rtol if result else None,
-        "reference_tf32": result.reference_tf32 if result else config.reference_tf32,
-        "implausible": bool(result and result.implausible),
-        "floor_ms": result.floor.floor_ms if result and result.floor else None,
-        "cuda_graph": result.graph.model_dump() if result and result.graph else None,
-        "launched": result.launched.model_dump() if result and result.launched else None,
-        "signatures": [s.model_dump() for s in result.signatures] if result else [],
-        "weighted_speedup": result.weighted_speedup if result else None,
-        "stage_s": result.stage_s.model_dump() if result and result.stage_s else None,
-        "wall_s": result.wall_s if result else None,
-        "sync_check": result.sync.model_dump() if result and result.sync else None,
-        "memory": ({**result.memory.model_dump(), "ratio": round(result.memory.ratio, 3)}
-                   if result and result.memory else None),
-        "reasons": reasons,
-    }
+    out = CheckRecord.of(status.value, result, reasons, tolerance=config.tolerance,
+                         reference_tf32=config.reference_tf32)
     line = f"{status.value}"
-    if out["correct"]:
-        line += f": {fmt_speedup(out['speedup'])} ({out['runtime_ms']:.3f} ms vs {out['reference_ms']:.3f} ms eager)"
+    if out.correct:
+        line += f": {fmt_speedup(out.speedup)} ({out.runtime_ms:.3f} ms vs {out.reference_ms:.3f} ms eager)"
     print(line)
     if result is not None and (launched := fmt_launched(result.launched, result.speedup)) is not None:
         print(f"  {launched}")
@@ -182,7 +159,7 @@ def cmd_check(args, registry: Registry) -> int:
         print(f"  {reason.strip()}")
     if args.json_path:
         write_json(args.json_path, out)
-    return ExitCode.OK if out["correct"] else ExitCode.NONE
+    return ExitCode.OK if out.correct else ExitCode.NONE
 
 
 # --- history / show ------------------------------------------------------------------------------
@@ -194,14 +171,11 @@ def cmd_history(args, registry: Registry) -> int:
         return history_tui(root, registry)
     runs = list_runs(root)
     if args.json_out:
-        import json
-
-        print(json.dumps([
-            {"run_id": i.run_id, "task": i.task.name, "created_at": i.created_at, "status": i.status,
-             "turns_done": len(r), "best_speedup": i.best.speedup if i.best else None,
-             "best_confirmed": bool(i.best and i.best.confirmation), "commit": i.commit, "delivery": i.delivery}
-            for i, r in runs
-        ], indent=2))
+        print(to_json(HistoryRecord(runs=[
+            HistoryEntry(run_id=i.run_id, task=i.task.name, created_at=i.created_at, status=i.status,
+                         turns_done=len(r), best_speedup=i.best.speedup if i.best else None,
+                         best_confirmed=bool(i.best and i.best.confirmation), commit=i.commit, delivery=i.delivery)
+            for i, r in runs])), end="")
         return ExitCode.OK
     if not runs:
         print(f"no runs in {root}")

@@ -71,8 +71,8 @@ def _device_flags(p: argparse.ArgumentParser, flag) -> None:
 
 
 def _settings(args):
-    from .commands import config_overrides
     from ..run.launch import resolve_device
+    from .commands import config_overrides
 
     config = load_config(config_overrides(args), project_dir=args.model_file.parent if args.model_file.parent.exists()
                          else None)
@@ -104,7 +104,7 @@ def cmd_profile(args, model_file) -> int:
         top = profile.ranked[0]
         print(f"\nnext: kevin-opt extract {model_file.given} --module {top.path} -o {_stem(model_file, top.path)}")
     if args.json_path:
-        write_json(args.json_path, profile.model_dump(mode="json"))
+        write_json(args.json_path, profile)
     return ExitCode.OK
 
 
@@ -138,7 +138,7 @@ def cmd_extract(args, model_file) -> int:
 
 
 def cmd_install(args, model_file) -> int:
-    from ..model.install import plan_change, write_change
+    from ..delivery.install import plan_change, write_change
 
     change = plan_change(model_file, args.kernel)
     if change.already:
@@ -160,7 +160,7 @@ def cmd_install(args, model_file) -> int:
 
 
 def cmd_e2e(args, model_file) -> int:
-    from ..model.e2e import DEFAULT_ROUNDS, measure
+    from ..delivery.e2e import DEFAULT_ROUNDS, measure
     from ..model.profile import profile_model
     from ..model.records import ModelProfile
     from ..model.table import e2e_lines
@@ -180,7 +180,7 @@ def cmd_e2e(args, model_file) -> int:
                      timeout_s=args.timeout)
     print("\n".join(e2e_lines(result)))
     if args.json_path:
-        write_json(args.json_path, result.model_dump(mode="json"))
+        write_json(args.json_path, result)
     if not result.outputs_match:
         return ExitCode.NONE
     if result.slower and not args.accept_slower:

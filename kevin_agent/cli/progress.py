@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from .. import events as ev
-from ..formatting import best_words, confirmed_line, cut_words, fmt_clock, fmt_seconds, fmt_speedup, marked_speedup
+from ..formatting import (
+    best_words,
+    confirmed_line,
+    cut_words,
+    fmt_clock,
+    fmt_seconds,
+    fmt_speedup,
+    marked_speedup,
+)
 from ..results import BestKernel, Status, TurnRecord
 
 ERROR_WIDTH = 160

@@ -1,8 +1,17 @@
-"""Delivering a run: the plan (what would be written and committed, and what is refused), and
-carrying it out."""
+"""Delivering a run: the plan (what would be written and committed, and what is refused) and
+carrying it out (``plan``, ``deliver``), the kernel module (``kernel_module``), git (``gitops``),
+the report (``report/``); and for a kernel extracted from a model, putting it back into the model
+(``install``) and timing the whole model with and without it (``e2e``)."""
 
 from .deliver import Delivery, deliver
-from .plan import DeliveryPlan, commit_message, plan_delivery, refusals_ahead, shown_path, target_paths
+from .plan import (
+           DeliveryPlan,
+           commit_message,
+           plan_delivery,
+           refusals_ahead,
+           shown_path,
+           target_paths,
+)
 
 __all__ = ["Delivery", "DeliveryPlan", "commit_message", "deliver", "plan_delivery", "refusals_ahead",
            "shown_path", "target_paths"]

@@ -13,14 +13,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from . import gitops
 from ..engine.confirmation import Winner, winner
 from ..errors import GitError
-from .kernel_module import render_kernel_module
-from .report import ReportPaths, write_report_files
 from ..results import RunInfo, TurnRecord
 from ..task import Task
+from . import gitops
+from .kernel_module import render_kernel_module
 from .plan import DeliveryPlan, extensions
+from .report import ReportPaths, write_report_files
 
 __all__ = ["Delivery", "deliver"]
 

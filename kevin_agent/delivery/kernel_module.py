@@ -18,7 +18,12 @@ from pydantic import BaseModel, ValidationError
 
 from ..engine.confirmation import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
-from ..model.delivered import envelope, install_footer, install_note, verified_signatures
+from ..model.delivered import (
+    envelope,
+    install_footer,
+    install_note,
+    verified_signatures,
+)
 from ..model.marks import extracted_from
 from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..task import Task

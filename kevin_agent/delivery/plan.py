@@ -19,15 +19,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from . import gitops
 from ..config import RunConfig
 from ..engine.confirmation import Winner, current, winner
 from ..formatting import fmt_confirmed
-from .kernel_module import KernelClaim, kernel_claim, module_stem, read_claim
-from .report import ReportPaths, report_stem_paths
 from ..results import RunInfo, TurnRecord
 from ..task import Task
-
+from . import gitops
+from .kernel_module import KernelClaim, kernel_claim, module_stem, read_claim
+from .report import ReportPaths, report_stem_paths
 
 __all__ = ["DeliveryPlan", "commit_message", "plan_delivery", "refusals_ahead", "target_paths"]
 
@@ -87,9 +86,6 @@ class DeliveryPlan(BaseModel):
     def writable(self) -> bool:
         return (self.kernel is not None and not self.blocked and (self.replace or not self.needs_replace)
                 and (self.accept_flagged or self.flagged is None))
-
-    def allowing_replace(self) -> DeliveryPlan:
-        return self.model_copy(update={"replace": True})
 
     def consented(self) -> DeliveryPlan:
         """The plan once the person said yes to what it asks: replacing files, a flagged kernel."""

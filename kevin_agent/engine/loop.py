@@ -40,7 +40,7 @@ from .prompting import Attempt, RenderedPrompt, feedback_sentence, render_prompt
 from ..protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
 from ..results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
 from .search import IndependentSearch, lineage
-from ..run.store import RunStore, now_iso
+from ..store import RunStore, now_iso
 from ..task import Task
 
 CheckFn = Callable[[str, str], CheckResult]

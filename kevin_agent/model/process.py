@@ -8,17 +8,9 @@ the device.
 
 from __future__ import annotations
 
-import codecs
 import difflib
-import os
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 from ..errors import EnvironmentUnavailable, KevinError
-from ..evaluate.parent import pool
 from ..evaluate.parent.pool import WorkerProcess, scrubbed_env
 from ..evaluate.reference import Limit
 from .jobs import ModelJob, ModelReply
@@ -28,50 +20,13 @@ ENTRY = "kevin_agent.model.worker.main"
 
 
 class ModelWorker(WorkerProcess):
-    """One model worker. ``WorkerProcess`` starts the evaluation worker with an evaluation job;
-    this starts ``ENTRY`` with a ``ModelJob`` and reads a ``ModelReply``; the rest (following its
-    lines, its time limit, killing its process group, collecting its log) is the same."""
+    """One model worker: ``ENTRY`` with a ``ModelJob``, answering a ``ModelReply``; the rest is an
+    evaluation worker's (``WorkerProcess``)."""
 
-    def __init__(self, job_fields: dict, *, env: dict[str, str], root: Path | None = None) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="kevin-model-", dir=root))
-        progress_r, progress_w = os.pipe()
-        control_r, control_w = os.pipe()
-        job = ModelJob(**job_fields, reply_path=str(self.folder / "reply.json"), progress_fd=progress_w,
-                       control_fd=control_r)
-        job_path = self.folder / "job.json"
-        job_path.write_text(job.model_dump_json())
-        self.reply_path = Path(job.reply_path)
-        self.log_path = self.folder / "log.txt"
-        try:
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", ENTRY, str(job_path)], cwd=self.folder, env=env,
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                    pass_fds=(progress_w, control_r))
-        except BaseException:
-            for fd in (progress_r, control_w):
-                os.close(fd)
-            raise
-        finally:
-            os.close(progress_w)
-            os.close(control_r)
-        with pool._live_lock:  # killed with the evaluation's workers when the person interrupts
-            pool._live_groups.add(self.proc.pid)
-        self.pid = self.proc.pid
-        self.started = self.assigned_at = time.monotonic()
-        self._progress, self._control = progress_r, control_w
-        self._pending = b""
-        self._eof = False
-        self._log = open(self.log_path, "rb")  # noqa: SIM115 (read as it grows, closed in remove)
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.stages = []
-        self.finished = False
-        self.waiting_for = ""
-
-    def reply(self) -> ModelReply | None:  # type: ignore[override]
-        if not self.reply_path.is_file():
-            return None
-        return ModelReply.model_validate_json(self.reply_path.read_text(encoding="utf-8"))
+    ENTRY = ENTRY
+    JOB = ModelJob
+    REPLY = ModelReply
+    PREFIX = "kevin-model-"
 
 
 def run_model_job(job_fields: dict, *, timeout_s: float, extra_env: dict[str, str] | None = None,

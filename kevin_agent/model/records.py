@@ -8,9 +8,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-PROFILE_SCHEMA = 1
-E2E_SCHEMA = 1
+from ..results.records import Record
+
 TASK_SCHEMA = 1
+"""The layout of an extracted task's and a delivered module's marks (``marks``), read back by
+kevin-opt alone; the files written for people carry ``schema`` as every record does."""
 
 
 class ArgSpec(BaseModel):
@@ -110,10 +112,10 @@ class ModuleProfile(BaseModel):
         return self.signatures[0] if self.signatures else None
 
 
-class ModelProfile(BaseModel):
+class ModelProfile(Record):
     """``kevin-opt profile``: where one forward of a whole model spends its time."""
 
-    schema_version: int = PROFILE_SCHEMA
+    kind: Literal["profile"] = "profile"
     model_file: str
     device: str
     device_name: str
@@ -162,10 +164,10 @@ class ExtractedTask(BaseModel):
     arguments at the headline's values, and these pass others. Their calls keep the original forward."""
 
 
-class E2EResult(BaseModel):
+class E2EResult(Record):
     """``kevin-opt e2e``: the whole model with and without the kernel, each in fresh workers."""
 
-    schema_version: int = E2E_SCHEMA
+    kind: Literal["e2e"] = "e2e"
     model_file: str
     kernel_file: str
     module: str

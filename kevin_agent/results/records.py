@@ -34,9 +34,18 @@ SCHEMA = 1
 3 and the summary's unnumbered fields before it map as ``docs/records.md`` says)."""
 
 
+class Record(BaseModel):
+    """A file written for people and their tools: ``schema`` first, then ``kind`` (each subclass
+    names its own)."""
+
+    schema_: int = Field(SCHEMA, alias="schema")
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+
 def to_json(record: BaseModel) -> str:
     """The one way a record becomes a file."""
-    return record.model_dump_json(indent=2) + "\n"
+    return record.model_dump_json(indent=2, by_alias=True) + "\n"
 
 
 def _ms(stats: TimingStats | None) -> float | None:
@@ -165,10 +174,9 @@ class DeliveryView(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class RunSummary(BaseModel):
+class RunSummary(Record):
     """``kevin-opt run --json PATH``: how the run ended and what it delivered."""
 
-    schema_: int = Field(SCHEMA, alias="schema")
     kind: Literal["run-summary"] = "run-summary"
     run_id: str
     task: str
@@ -190,13 +198,10 @@ class RunSummary(BaseModel):
     report: dict | None = None
     """Where the report's files went (``ReportPaths``)."""
 
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
 
-
-class CheckRecord(BaseModel):
+class CheckRecord(Record):
     """``kevin-opt check --json PATH``: one candidate against a task."""
 
-    schema_: int = Field(SCHEMA, alias="schema")
     kind: Literal["check"] = "check"
     status: str
     correct: bool
@@ -223,8 +228,6 @@ class CheckRecord(BaseModel):
     stage_s: StageTimes | None = None
     wall_s: float | None = None
     reasons: list[str] = Field(default_factory=list)
-
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
 
     @classmethod
     def of(cls, status: str, result: EvalResult | None, reasons: list[str], *, tolerance: str,
@@ -264,10 +267,9 @@ class FlagView(BaseModel):
     flag: str
 
 
-class ReportRecord(BaseModel):
+class ReportRecord(Record):
     """``<stem>_kevin_report.json``, beside the report's markdown."""
 
-    schema_: int = Field(SCHEMA, alias="schema")
     kind: Literal["report"] = "report"
     run_id: str
     status: str
@@ -288,8 +290,6 @@ class ReportRecord(BaseModel):
     stage_totals_s: dict | None = None
     commit: str | None = None
 
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
-
 
 class HistoryEntry(BaseModel):
     run_id: str
@@ -303,14 +303,11 @@ class HistoryEntry(BaseModel):
     delivery: str | None = None
 
 
-class HistoryRecord(BaseModel):
+class HistoryRecord(Record):
     """``kevin-opt history --json``: the stored runs."""
 
-    schema_: int = Field(SCHEMA, alias="schema")
     kind: Literal["history"] = "history"
     runs: list[HistoryEntry]
-
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
 
 
 def task_view(path: str, name: str, class_name: str, digest: str) -> TaskView:

@@ -1,3 +1,3 @@
 """A run's life: starting or resuming one (``launch``), driving it to its end and delivering
-(``finish``), signals (``interrupts``), the one owner it has at a time (``runlock``) and what it
-keeps on disk (``store``)."""
+(``finish``) and the signals that stop it (``interrupts``). What a run keeps on disk, and the lock
+that gives it one owner, is ``store``."""

@@ -14,15 +14,16 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from ..engine.confirmation import current, winner
 from ..console import print_error, write_json
 from ..delivery import Delivery, DeliveryPlan, deliver, plan_delivery
-from ..errors import ExitCode, KevinError
-from .interrupts import signal_name
 from ..delivery.report import render_markdown
+from ..engine.confirmation import current, winner
+from ..errors import ExitCode, KevinError
 from ..results import TurnRecord
+from ..results.records import BestView, DeliveryView, RunSummary, turn_views
+from .interrupts import signal_name
 
 if TYPE_CHECKING:
     from ..engine.loop import Engine, RunOutcome
@@ -188,7 +189,7 @@ def write_step_summary(markdown: str) -> bool:
     return True
 
 
-def summary(ending: Ending, records: list[TurnRecord]) -> dict[str, Any]:
+def summary(ending: Ending, records: list[TurnRecord]) -> RunSummary:
     """The ``--json`` summary."""
     engine = ending.engine
     assert engine is not None
@@ -196,55 +197,20 @@ def summary(ending: Ending, records: list[TurnRecord]) -> dict[str, Any]:
     best = winner(info, records)
     confirmation = current(info, records)
     delivery = ending.delivery
-    return {
-        "run_id": info.run_id,
-        "task": info.task.path,
-        "device": info.device,
-        "device_name": info.device_name,
-        "backend": info.backend,
-        "model": info.model,
-        "run_dir": str(engine.store.dir),
-        "reason": ending.outcome.reason if ending.outcome is not None else "interrupted" if ending.interrupted else "failed",
-        "exit_code": ending.exit_code,
-        "error": ending.error.message if ending.error is not None else None,
-        "signal": signal_name(ending.signum) if ending.signum is not None else None,
-        "turns": [
-            {
-                "trajectory": r.trajectory,
-                "turn": r.turn,
-                "parent_trajectory": r.parent_trajectory,
-                "status": r.status.value,
-                "speedup": r.speedup,
-                "runtime_ms": r.eval.runtime.median_ms if r.eval and r.eval.runtime else None,
-                "reference_ms": r.eval.reference.median_ms if r.eval and r.eval.reference else None,
-                "feedback": r.feedback,
-            }
-            for r in sorted(records, key=lambda r: (r.turn, r.trajectory))
-        ],
-        "best": None if best is None else {
-            "trajectory": best.trajectory,
-            "turn": best.turn,
-            "speedup": best.speedup,
-            "speedup_vs_compile": best.speedup_vs_compile,
-            "run_speedup": best.record.speedup,
-            "confirmation": best.headline.model_dump() if best.headline is not None else None,
-            "implausible": best.flag is not None,
-            "flag": best.flag,
-            "kernel_path": str(engine.store.dir / best.record.kernel_path) if best.record.kernel_path else None,
-        },
-        "confirmation": None if confirmation is None else [
-            {"trajectory": k.trajectory, "turn": k.turn, "verified": k.verified, "error": k.error or None,
-             "run_speedup": k.run_speedup, "speedup_median": k.speedup_median, "ci95": k.ci95,
-             "speedup_vs_compile_median": k.speedup_vs_compile_median, "runs": k.runs, "implausible": k.implausible}
-            for k in confirmation.kernels
-        ],
-        "delivery": None if delivery is None else {
-            "outcome": delivery.outcome,
-            "headline": delivery.headline(),
-            "plan": [f"{label}: {text}" if label else text for label, text in delivery.plan.describe()],
-            "notes": delivery.notes,
-        },
-        "commit": delivery.commit if delivery is not None else None,
-        "kernel_module": str(delivery.kernel_path) if delivery is not None and delivery.kernel_path else None,
-        "report": delivery.report.model_dump(mode="json") if delivery is not None and delivery.report else None,
-    }
+    return RunSummary(
+        run_id=info.run_id, task=info.task.path, device=info.device, device_name=info.device_name,
+        backend=info.backend, model=info.model, run_dir=str(engine.store.dir),
+        reason=ending.outcome.reason if ending.outcome is not None else "interrupted" if ending.interrupted else "failed",
+        exit_code=ending.exit_code, error=ending.error.message if ending.error is not None else None,
+        signal=signal_name(ending.signum) if ending.signum is not None else None,
+        turns=turn_views(records),
+        best=BestView.of(best, best.record.kernel_path) if best is not None else None,
+        confirmation=list(confirmation.kernels) if confirmation is not None else None,
+        delivery=None if delivery is None else DeliveryView(
+            outcome=delivery.outcome, headline=delivery.headline(),
+            plan=[f"{label}: {text}" if label else text for label, text in delivery.plan.describe()],
+            notes=delivery.notes),
+        commit=delivery.commit if delivery is not None else None,
+        kernel_module=str(delivery.kernel_path) if delivery is not None and delivery.kernel_path else None,
+        report=delivery.report.model_dump(mode="json") if delivery is not None and delivery.report else None,
+    )

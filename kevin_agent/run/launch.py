@@ -10,17 +10,17 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from ..delivery import gitops
 from .. import __version__
 from ..config import RunConfig, load_config
+from ..delivery import gitops
+from ..engine.loop import Engine
 from ..errors import ConfigError, TaskError
 from ..events import Notice
 from ..gpus import detect_gpus, eval_worker_env, plan_gpus
-from ..engine.loop import Engine
 from ..protocols import EventSink
 from ..registry import Registry, build_registry
 from ..results import RunInfo, TaskRef
-from .store import RunStore, default_runs_root, new_run_id, now_iso
+from ..store import RunStore, default_runs_root, new_run_id, now_iso
 from ..task import Task, load_task
 
 
@@ -137,8 +137,13 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
 def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
     """Trajectories not given: as many as the backend serves without preemption (the vllm
     backend knows its KV cache once started), up to the paper's 16. Also the first line's note."""
-    from ..backends.capacity import (default_trajectories, model_shape, room_flags, sequences_with_fp8_weights,
-                                    trajectories_note)
+    from ..backends.capacity import (
+        default_trajectories,
+        model_shape,
+        room_flags,
+        sequences_with_fp8_weights,
+        trajectories_note,
+    )
 
     fit = getattr(backend, "sequences_that_fit", None)
     chosen = config.trajectories is None

@@ -24,14 +24,12 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
 
-from ..run import finish
 from ..errors import KevinError, RunLocked
 from ..formatting import confirmed_line
-from ..run.interrupts import kill_run_processes, signal_name
 from ..protocols import EventSink
-from ..run.runlock import lock_owner
-from ..run.store import default_runs_root
-from .notices import Notices
+from ..run import finish
+from ..run.interrupts import kill_run_processes, signal_name
+from ..store import default_runs_root, lock_owner
 from .messages import (
     ConfirmationFinishedMessage,
     ConfirmationStartedMessage,
@@ -46,6 +44,7 @@ from .messages import (
     TurnFinishedMessage,
     TurnStartedMessage,
 )
+from .notices import Notices
 from .screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen, commit_summary
 from .screens.history import FINISHED, HistoryScreen
 from .screens.run import REASONS, RunScreen
@@ -229,7 +228,7 @@ class KevinApp(App[int]):
             refused = RunLocked.held_by(run_id, owner)
             self.notify(f"{refused.message}\nhint: {refused.hint}", severity="warning", timeout=15, markup=False)
             return
-        from ..run.store import read_info
+        from ..store import read_info
 
         status = read_info(run_dir).status
         if status in FINISHED:

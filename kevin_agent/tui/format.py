@@ -16,8 +16,15 @@ from pygments.token import Token
 from textual.content import Content
 from textual.highlight import HighlightTheme, highlight
 
-from ..formatting import fmt_graph, fmt_ms, fmt_seconds, fmt_speedup, fmt_tolerance, stage_times
 from ..engine.parsing import THINK_CLOSE, THINK_OPEN
+from ..formatting import (
+    fmt_graph,
+    fmt_ms,
+    fmt_seconds,
+    fmt_speedup,
+    fmt_tolerance,
+    stage_times,
+)
 from ..results import Confirmed, EvalResult, Status, TurnRecord
 
 

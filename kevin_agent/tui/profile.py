@@ -12,7 +12,7 @@ from ..model.modelfile import ModelError, ModelFile
 from ..model.profile import profile_model
 from ..model.records import ModuleProfile
 from ..run import finish
-from ..run.store import default_runs_root
+from ..store import default_runs_root
 from .app import KevinApp
 from .screens.profile import ProfileScreen
 

@@ -8,9 +8,9 @@ confirmed; the per-turn numbers stay each turn's own.
 """
 
 from .chart import plot_speedups
-from .data import REPORT_FORMAT, build_report_data, stage_totals
+from .data import build_report_data, stage_totals
 from .files import ReportPaths, report_stem_paths, write_report, write_report_files
 from .markdown import STATUS_LABELS, render_markdown
 
-__all__ = ["REPORT_FORMAT", "STATUS_LABELS", "ReportPaths", "build_report_data", "plot_speedups",
+__all__ = ["STATUS_LABELS", "ReportPaths", "build_report_data", "plot_speedups",
            "render_markdown", "report_stem_paths", "stage_totals", "write_report", "write_report_files"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ...results import RunInfo, TurnRecord
+from ...results.records import to_json
 from .chart import plot_speedups
 from .data import build_report_data
 from .markdown import render_markdown
@@ -39,5 +39,5 @@ def write_report_files(info: RunInfo, records: Sequence[TurnRecord], paths: Repo
     paths.markdown.parent.mkdir(parents=True, exist_ok=True)
     plot_speedups(info, records, paths.chart)
     paths.markdown.write_text(render_markdown(info, records, paths.chart.name), encoding="utf-8")
-    paths.json.write_text(json.dumps(build_report_data(info, records), indent=2) + "\n", encoding="utf-8")
+    paths.json.write_text(to_json(build_report_data(info, records)), encoding="utf-8")
     return paths

@@ -7,10 +7,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...engine.confirmation import Winner, current, winner
-from ...formatting import confirmed_line, fmt_launched, fmt_memory, fmt_signatures, fmt_tolerance
 from ...engine.lineage import outcome, path_to, tree_lines
+from ...formatting import (
+    confirmed_line,
+    fmt_launched,
+    fmt_memory,
+    fmt_signatures,
+    fmt_tolerance,
+)
 from ...model.delivered import report_section
-from ...results import Confirmation, EvalResult, LaunchedTiming, RunInfo, StageTimes, Status, TimingStats, TurnRecord
+from ...results import (
+    Confirmation,
+    EvalResult,
+    LaunchedTiming,
+    RunInfo,
+    StageTimes,
+    Status,
+    TimingStats,
+    TurnRecord,
+)
 from .data import stage_totals
 
 STATUS_LABELS = {

@@ -26,9 +26,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from ...results import Stage, StageTimes
-from ..reference import Limit
 from ..jobs import REPLIED, WANT, Job, WorkerReply
+from ..reference import Limit
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",
@@ -157,14 +159,23 @@ class WorkerRun:
 
 
 class WorkerProcess:
-    """One worker process, its folder and the parent's ends of its pipes."""
+    """One worker process, its folder and the parent's ends of its pipes.
+
+    A kind of worker is its entry module, its job and its reply: the model workers
+    (``model.process``) name their own and share the rest (its lines, its time limit, killing its
+    process group, collecting its log)."""
+
+    ENTRY = "kevin_agent.evaluate.worker.main"
+    JOB: type[BaseModel] = Job
+    REPLY: type[BaseModel] = WorkerReply
+    PREFIX = "kevin-job-"
 
     def __init__(self, job_fields: dict, *, env: dict[str, str], root: Path | None = None) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="kevin-job-", dir=root))
+        self.folder = Path(tempfile.mkdtemp(prefix=self.PREFIX, dir=root))
         progress_r, progress_w = os.pipe()
         control_r, control_w = os.pipe()
-        job = Job(**job_fields, reply_path=str(self.folder / "reply.json"), progress_fd=progress_w,
-                  control_fd=control_r)
+        job = self.JOB(**job_fields, reply_path=str(self.folder / "reply.json"), progress_fd=progress_w,
+                       control_fd=control_r)
         job_path = self.folder / "job.json"
         job_path.write_text(job.model_dump_json())
         self.reply_path = Path(job.reply_path)
@@ -172,7 +183,7 @@ class WorkerProcess:
         try:
             with open(self.log_path, "wb") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "kevin_agent.evaluate.worker.main", str(job_path)],
+                    [sys.executable, "-m", self.ENTRY, str(job_path)],
                     cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, pass_fds=(progress_w, control_r),
                 )
@@ -248,10 +259,11 @@ class WorkerProcess:
                     pass
         return self.proc.returncode
 
-    def reply(self) -> WorkerReply | None:
+    def reply(self):
+        """The worker's reply (a ``REPLY``), or None before it wrote one."""
         if not self.reply_path.is_file():
             return None
-        return WorkerReply.model_validate_json(self.reply_path.read_text(encoding="utf-8"))
+        return self.REPLY.model_validate_json(self.reply_path.read_text(encoding="utf-8"))
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")

@@ -19,13 +19,20 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent, TabPane
+from textual.widgets import (
+    DataTable,
+    Footer,
+    OptionList,
+    Static,
+    TabbedContent,
+    TabPane,
+)
 
 from ...engine.confirmation import best_of_run, confirmed_turns
-from ...formatting import marked_speedup
 from ...engine.lineage import outcome, tree_chains, wrap_chain
+from ...formatting import marked_speedup
 from ...results import RunInfo, TurnRecord
-from ...run.store import list_runs, read_records
+from ...store import list_runs, read_records
 from ..format import answer_text, diff_content, kernel_content, previous_turn
 from ..state import Key, RunState
 from ..widgets import CodePane, FeedbackView, FitHeader, TurnList
@@ -73,7 +80,7 @@ def best_speedup(info: RunInfo, records: list[TurnRecord]) -> str:
 def run_owner(run_dir: Path) -> Any:
     """The live process that holds a run (``pid``, ``host``, ``started_at``), or None."""
     try:
-        from ...run.runlock import lock_owner
+        from ...store import lock_owner
     except ImportError:  # no run lock in this version: the status alone says a run is live
         return None
     return lock_owner(run_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,8 +21,6 @@ from textual.worker import Worker, WorkerState
 
 from ...errors import KevinError
 from ...model.records import ModelProfile, ModuleProfile
-from rich.text import Text
-
 from ...model.table import COLUMNS, RIGHT, cells, short_summary
 
 NARROW = ("#", "module", "ms/fwd", "share", "amdahl", "saves", "note")

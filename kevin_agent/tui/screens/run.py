@@ -13,11 +13,18 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList
 
-from ...events import (ConfirmationFinished, ConfirmationStarted, Event, RunFinished, RunStarted, TurnFinished,
-                       TurnStarted)
+from ...events import (
+    ConfirmationFinished,
+    ConfirmationStarted,
+    Event,
+    RunFinished,
+    RunStarted,
+    TurnFinished,
+    TurnStarted,
+)
 from ...formatting import fmt_clock, fmt_speedup
 from ...results import BestKernel, TurnRecord
-from ...run.store import read_records
+from ...store import read_records
 from ..state import Key, RunState, TurnKey
 from ..widgets import FeedbackView, FitHeader, ModelOutput, SpeedupChart, TurnList
 
@@ -73,7 +80,6 @@ class RunScreen(Screen):
         self._t1: float | None = None
         self._dirty_output = False
         self._status: tuple[str, str] = ("starting…", "$text-muted")
-        self._notes: list[tuple[str, str]] = []
         self._offered_cancel = False
         self._ready = False
         """Events can arrive before the screen is mounted; they only update the state then."""
@@ -167,13 +173,7 @@ class RunScreen(Screen):
 
     # --- events from the engine ----------------------------------------------------------
     def set_status(self, text: str, style: str = "$text-muted") -> None:
-        self._status, self._notes = (text, style), []
-        if self._ready:
-            self._refresh_header()
-
-    def add_status(self, text: str, style: str = "$text-muted") -> None:
-        """Add to the status line, e.g. what the delivery did."""
-        self._notes.append((text, style))
+        self._status = (text, style)
         if self._ready:
             self._refresh_header()
 
@@ -233,7 +233,7 @@ class RunScreen(Screen):
         with its turn's own beside it), then what matters less; line 2: the status, alone, so
         that it is never cut."""
         header = self.query_one("#run-header", FitHeader)
-        status_text = Content(" · ").join(Content.styled(t, s) for t, s in [self._status, *self._notes])
+        status_text = Content.styled(*self._status)
         status = [(status_text, "", 8)]
         st = self.state.started
         if st is None:

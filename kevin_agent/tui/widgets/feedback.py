@@ -8,8 +8,8 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Collapsible, Static
 
-from ...results import Confirmed, TurnRecord
 from ...formatting import fmt_clock, fmt_seconds
+from ...results import Confirmed, TurnRecord
 from ..format import LIVE, LIVE_OUTPUT_LINES, compiler_lines, feedback_content
 from ..state import LiveTurn
 from .rows import Rows

@@ -18,18 +18,18 @@ import time
 from pathlib import Path
 
 from ..config import EvalSettings
-from ..delivery.kernel_module import CLAIM_PREFIX, read_claim
 from ..errors import KevinError
 from ..evaluate.parent.builds import compile_in
 from ..evaluate.parent.pool import scrubbed_env
 from ..evaluate.toolchain import cache
-from .delivered import FOOTER_MARK
-from .jobs import E2ERun
-from .marks import read_envelope
-from .modelfile import ModelError, ModelFile
-from .process import checked, run_model_job
-from .ranking import amdahl
-from .records import E2EResult, InstallEnvelope, ModelProfile
+from ..model.delivered import FOOTER_MARK
+from ..model.jobs import E2ERun
+from ..model.marks import read_envelope
+from ..model.modelfile import ModelError, ModelFile
+from ..model.process import checked, run_model_job
+from ..model.ranking import amdahl
+from ..model.records import E2EResult, InstallEnvelope, ModelProfile
+from .kernel_module import CLAIM_PREFIX, read_claim
 
 DEFAULT_ROUNDS = 2
 

@@ -4,7 +4,7 @@
 turn is reported, so a killed run loses at most the turn in flight and ``resume`` picks up
 after the last line. A torn last line (killed mid-write) is ignored on read.
 
-One process owns a run at a time (``runlock``): the store that drives a run holds its lock,
+One process owns a run at a time (``lock``): the store that drives a run holds its lock,
 and a run recorded as "running" that no live process holds is shown as "interrupted".
 """
 
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from ..errors import RunNotFound
 from ..results import BestKernel, RunInfo, TurnRecord
-from .runlock import RunLock, lock_owner
+from .lock import RunLock, lock_owner
 
 RUN_JSON = "run.json"
 TURNS_JSONL = "turns.jsonl"

@@ -17,9 +17,9 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..delivery import gitops
-from .marks import read_envelope
-from .modelfile import ModelError, ModelFile
+from ..model.marks import read_envelope
+from ..model.modelfile import ModelError, ModelFile
+from . import gitops
 
 
 @dataclass

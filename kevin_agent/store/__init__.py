@@ -1,0 +1,18 @@
+"""The run directory on disk: ``run.json``, ``turns.jsonl``, each turn's prompt, response and
+kernel (``runs``), and the lock a live run holds on it (``lock``). Below the engine, which writes
+it, and every front end that reads it back; it imports the result records and nothing else."""
+
+from .lock import LOCK_FILE, RunLock, lock_owner
+from .runs import (
+                   RunStore,
+                   default_runs_root,
+                   effective_status,
+                   list_runs,
+                   new_run_id,
+                   now_iso,
+                   read_info,
+                   read_records,
+)
+
+__all__ = ["LOCK_FILE", "RunLock", "RunStore", "default_runs_root", "effective_status", "list_runs", "lock_owner",
+           "new_run_id", "now_iso", "read_info", "read_records"]

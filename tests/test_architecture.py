@@ -1,0 +1,59 @@
+"""docs/architecture.md's table of packages is the code's: every package and top-level module is in
+it, each imports exactly what its row says, and each row imports only rows above it (layers)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from .clihelp import REPO
+from .test_layout import _imports
+
+DOC = REPO / "docs" / "architecture.md"
+
+
+def _table() -> dict[str, set[str]]:
+    rows = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and (m := re.fullmatch(r"`([a-z_]+)`", cells[0])):
+            rows[m.group(1)] = set(re.findall(r"`([a-z_]+)`", cells[2]))
+    return rows
+
+
+def _room(module: str) -> str | None:
+    """``kevin_agent.evaluate.worker.main`` -> ``evaluate``; the package itself -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _actual() -> dict[str, set[str]]:
+    deps: dict[str, set[str]] = defaultdict(set)
+    for module, targets in _imports().items():
+        room = _room(module)
+        if room is None:
+            continue
+        deps[room]  # a room that imports nothing still has a row
+        for target in targets:
+            other = _room(target)
+            if other is not None and other != room:
+                deps[room].add(other)
+    return dict(deps)
+
+
+def test_every_package_has_its_row_and_imports_what_it_says():
+    table, actual = _table(), _actual()
+    assert len(table) >= 20, "the table was not found"
+    assert set(table) == set(actual), f"missing rows: {set(actual) - set(table)}; no such package: {set(table) - set(actual)}"
+    for room in sorted(actual):
+        extra, unused = actual[room] - table[room], table[room] - actual[room]
+        assert not extra and not unused, (f"{room}: imports {sorted(extra)} its row does not allow; "
+                                          f"its row allows {sorted(unused)} it does not import")
+
+
+def test_rows_are_layers():
+    seen: set[str] = set()
+    for room, allowed in _table().items():
+        assert allowed <= seen, f"{room} imports {sorted(allowed - seen)}, which sit at or below it in the table"
+        seen.add(room)
+
