@@ -1,4 +1,4 @@
-"""CUDA kernels that misbehave on purpose, and the candidates that use them, for tests/test_gpu.py.
+"""CUDA kernels that misbehave on purpose, and the candidates that use them, for tests/evaluate/test_gpu.py.
 
 The kernels are built once per test session into one extension; each candidate imports that
 prebuilt module instead of compiling its own copy (a build takes about a minute), so these

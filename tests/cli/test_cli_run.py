@@ -1,0 +1,92 @@
+"""Runs of the real CLI that need no compiler: every response fails before the build."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from ..clihelp import REPO, kevin
+
+EX = REPO / "examples" / "softmax.py"
+NO_CODE = {"text": "<think>[hand-written test response] thinking</think>I would fuse the ops."}
+CHEAT = {"text": "<think>[hand-written test response]</think>\n```python\nimport torch\nimport torch.nn as nn\n"
+                 "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=-1)\n```\n"
+                 "Used torch.softmax."}
+
+
+def write_script(path, *responses):
+    path.write_text("".join(json.dumps(r) + "\n" for r in responses))
+    return path
+
+
+def test_script_running_out_keeps_finished_turns_and_exits_3(tmp_path):
+    script = write_script(tmp_path / "r.jsonl", NO_CODE, CHEAT)
+    proc = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "3",
+                 "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json", "--no-commit")
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "2 finished turns are saved" in proc.stderr and "kevin-opt resume" in proc.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert [t["status"] for t in summary["turns"]] == ["parse_error", "check_failed"]
+    assert summary["reason"] == "failed" and summary["best"] is None
+    assert "no-torch-compute" in summary["turns"][1]["feedback"]
+    # The rejection reached the model's next prompt.
+    run = tmp_path / "runs" / summary["run_id"]
+    lines = [json.loads(x) for x in (run / "turns.jsonl").read_text().splitlines()]
+    assert lines[0]["feedback"] in lines[1]["prompt"]
+    assert "Restart your reasoning" in lines[1]["prompt"]
+
+
+def test_no_verified_kernel_exits_1_and_show_prints_the_turn(tmp_path):
+    script = write_script(tmp_path / "r.jsonl", CHEAT, NO_CODE)
+    step_summary = tmp_path / "step-summary.md"
+    step_summary.write_text("earlier step\n")
+    proc = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "2",
+                 "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json",
+                 env={"GITHUB_STEP_SUMMARY": str(step_summary)})
+    assert proc.returncode == 1, proc.stderr
+    assert "no turn produced a verified kernel: nothing written, nothing committed" in proc.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["delivery"]["outcome"] == "nothing" and summary["exit_code"] == 1
+    # CI sees what happened in the job summary, appended after what was there.
+    text = step_summary.read_text()
+    assert text.startswith("earlier step\n# kevin-opt report: softmax") and "| 1 | check failed |" in text
+    assert "![" not in text  # the chart cannot be shown there
+    run_id = json.loads((tmp_path / "s.json").read_text())["run_id"]
+    show = kevin("show", run_id, "--turn", "1", "--run-dir", tmp_path / "runs")
+    assert show.returncode == 0
+    assert "check_failed" in show.stdout and "torch.softmax" in show.stdout and "## static checks" in show.stdout
+    missing = kevin("show", run_id, "--turn", "7", "--run-dir", tmp_path / "runs")
+    assert missing.returncode == 2 and "no turn 7" in missing.stderr
+
+
+def test_what_the_delivery_would_refuse_is_said_before_the_first_turn(tmp_path):
+    from kevin_agent.evaluate.toolchain.cache import cpu_name
+
+    from ..conftest import git_init
+
+    repo = git_init(tmp_path / "proj")
+    (repo / "softmax.py").write_text(EX.read_text())
+    better = (f'# kevin-opt-kernel: {{"speedup": 9.5, "device": "cpu", "device_name": {json.dumps(cpu_name())}, '
+              '"run_id": "20250101-000000-softmax-0000", "trajectory": 0, "turn": 4}\nprint("an earlier kernel")\n')
+    (repo / "softmax_kevin.py").write_text(better)
+    subprocess.run(["git", "-C", repo, "add", "softmax.py", "softmax_kevin.py"], check=True)
+    subprocess.run(["git", "-C", repo, "commit", "-qm", "a layer and its kernel"], check=True)
+    (repo / "softmax_kevin_report.md").write_text("my own notes\n")  # untracked, in the report's place
+    script = write_script(tmp_path / "r.jsonl", NO_CODE)
+    args = ("run", "softmax.py", "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "1")
+    proc = kevin(*args, cwd=repo)
+    lines = proc.stderr.splitlines()
+    first_turn = next(i for i, line in enumerate(lines) if line.startswith("[t0 turn 1/1]"))
+    ahead = [line for line in lines[:first_turn] if "delivery:" in line]
+    assert ahead == [
+        "kevin-opt: warning: delivery: softmax_kevin_report.md exists and is not tracked by git: pass --replace to "
+        "overwrite; without it the run goes on, and its kernels stay in its run directory",
+        f"kevin-opt: warning: delivery: softmax_kevin.py claims 9.50x on {cpu_name()} (run "
+        "20250101-000000-softmax-0000, turn 4): a kernel of this run replaces it only if it is faster, or with "
+        "--replace",
+    ], proc.stderr
+    assert proc.returncode == 1 and (repo / "softmax_kevin_report.md").read_text() == "my own notes\n"
+    # With --replace nothing would be refused for those, and nothing is said.
+    proc = kevin(*args, "--replace", cwd=repo)
+    assert "delivery:" not in proc.stderr, proc.stderr

@@ -1,0 +1,167 @@
+"""Timing on a real GPU: the reported time against a plain event measurement of the same kernel, work
+that escapes the stream refused, the "in a CUDA graph" column, the synchronisation's own cost.
+
+Run by ``scripts/gpu-check`` (step ``timing``, next to ``benchmarks/timing.py``); skipped where no
+GPU is present.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from ..clihelp import REPO
+from ..gpufixtures import add_task, gpu_settings, report_row, tricks_dir  # noqa: F401  (fixtures)
+from ..gpu_tricks import HONEST, NOT_CAPTURABLE, TRICKS, source
+from kevin_agent.evaluate import LocalEvaluator
+from kevin_agent.results import Status
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+OFF_STREAM = [t for t in TRICKS if "side stream" in t.name]
+CANDIDATES = [HONEST, *OFF_STREAM, *NOT_CAPTURABLE]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("timing_benchmark", REPO / "benchmarks" / "timing.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def timed(add_task, tricks_dir):
+    """kevin-opt's defaults for timing (10 warm-up runs, 100 timed runs)."""
+    evaluator = LocalEvaluator(add_task, gpu_settings(warmup_runs=10, timed_runs=100))
+    evaluator.probe()
+    results = dict(zip([t.name for t in CANDIDATES], evaluator.evaluate([source(t, tricks_dir) for t in CANDIDATES])))
+    for trick in CANDIDATES:
+        report_row("timing", trick.name, results[trick.name])
+    yield results
+    evaluator.close()
+
+
+def test_reported_time_is_the_stream_time_of_a_plain_measurement(timed, add_task, tricks_dir, tmp_path):
+    res = timed[HONEST.name]
+    assert res.status is Status.CORRECT, res.error
+    (tmp_path / "candidate.py").write_text(source(HONEST, tricks_dir))
+    bench = _benchmark()
+    outside = bench.measure_outside(add_task.path, tmp_path, gpu_settings().cache_dir, runs=200,
+                                    calls=res.graph.calls)
+    assert "error" not in outside, outside
+    off = res.runtime.median_ms / outside["kernel"]["stream"] - 1
+    print(f"kevin-opt {res.runtime.median_ms:.4f} ms, outside: {outside}")
+    assert abs(off) <= 0.10, (res.runtime.median_ms, outside)
+    # Both sides agree that the synchronisation is a cost of its own, not of the kernel.
+    assert outside["kernel"]["sync"] > outside["kernel"]["stream"]
+
+
+@pytest.mark.parametrize("trick", OFF_STREAM, ids=lambda t: t.name.replace(" ", "-"))
+def test_work_off_the_stream_is_refused_with_the_numbers(timed, trick):
+    res = timed[trick.name]
+    assert res.status is Status.CHECK_FAILED, (res.status, res.error)
+    assert trick.reason in res.error and "of work the timer did not see" in res.error, res.error
+    assert res.speedup is None
+
+
+def test_sync_overhead_is_measured_and_an_honest_kernel_hides_nothing(timed):
+    res = timed[HONEST.name]
+    sync = res.sync
+    assert sync is not None and 0.0005 < sync.overhead_ms < 0.2, sync
+    assert sync.hidden_ms < sync.limit_ms, sync
+    assert sync.synced.median_ms > res.runtime.median_ms
+    assert sync.synced.runs == res.runtime.runs == 100
+
+
+def test_graph_column_for_an_honest_kernel(timed):
+    res = timed[HONEST.name]
+    graph = res.graph
+    assert graph is not None and graph.calls >= 1, graph
+    assert graph.runtime is not None and graph.reference is not None, graph
+    assert graph.runtime_note == graph.reference_note == ""
+    assert graph.speedup == pytest.approx(graph.reference.median_ms / graph.runtime.median_ms)
+    assert 0 < graph.runtime.median_ms
+
+
+@pytest.mark.parametrize("trick", NOT_CAPTURABLE, ids=lambda t: t.name.replace(" ", "-"))
+def test_a_kernel_that_cannot_be_captured_is_correct_with_a_note(timed, trick):
+    res = timed[trick.name]
+    assert res.status is Status.CORRECT, res.error
+    assert res.speedup is not None and res.graph is not None
+    assert res.graph.runtime is None and res.graph.runtime_note.startswith(trick.reason), res.graph
+    assert res.graph.reference is not None and res.graph.speedup is None
+
+
+# --- the headline does not depend on how fast the host launches ---------------------------------
+def _cuda_timer():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from kevin_agent.evaluate.worker.timing import Timer
+
+    return torch, Timer("cuda")
+
+
+def test_the_headline_leaves_the_hosts_gaps_between_launches_out_and_launched_keeps_them():
+    import time
+
+    torch, timer = _cuda_timer()
+    x = torch.randn(1 << 20, device="cuda")
+
+    def slow_host(t):  # two kernels with half a millisecond of Python between them
+        y = t * 2
+        time.sleep(0.0005)
+        return y + 1
+
+    headline = timer.time(slow_host, [x], warmup=3, runs=30)
+    launched = timer.launched(slow_host, [x], runs=10)
+    plain = timer.time(lambda t: (t * 2) + 1, [x], warmup=3, runs=30)
+    print(f"headline {headline.median_ms:.4f} ms, launched {launched.median_ms:.4f} ms, "
+          f"without the sleep {plain.median_ms:.4f} ms")
+    assert headline.host_waits == 0
+    # The GPU work is the same with or without the host's half millisecond between the launches.
+    assert headline.median_ms == pytest.approx(plain.median_ms, rel=0.15, abs=0.005)
+    assert launched.median_ms > 0.45 > headline.median_ms
+
+
+def test_a_call_that_synchronises_is_counted_as_waiting_on_the_host():
+    torch, timer = _cuda_timer()
+    x = torch.randn(1 << 20, device="cuda")
+
+    def synchronising(t):
+        y = t * 2
+        torch.cuda.synchronize()
+        return y + 1
+
+    stats = timer.time(synchronising, [x], warmup=2, runs=10)
+    assert stats.host_waits == 10 and stats.runs == 10
+
+
+def test_a_launch_bound_module_reads_the_same_in_fresh_timers_alone_and_beside_busy_host_processes():
+    import subprocess
+    import sys
+
+    torch, _ = _cuda_timer()
+    from kevin_agent.evaluate.worker.timing import Timer
+
+    class RMSNorm(torch.nn.Module):  # six small PyTorch kernels: bound by the host's launches
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * 1.5
+
+    model, x = RMSNorm(), torch.randn(512, 1024, device="cuda")
+
+    def five() -> list[float]:
+        return [Timer("cuda").time(model, [x], warmup=10, runs=100).median_ms for _ in range(5)]
+
+    quiet = five()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(16)]
+    try:
+        loaded = five()
+    finally:
+        for proc in busy:
+            proc.kill()
+    every = quiet + loaded
+    spread = (max(every) - min(every)) / (sum(every) / len(every))
+    print(f"quiet {quiet}, beside 16 busy processes {loaded}: spread {spread:.2%}")
+    assert spread <= 0.02, (quiet, loaded)

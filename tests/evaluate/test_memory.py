@@ -1,0 +1,180 @@
+"""Memory: the task's footprint, the evaluation's plan and peak, the fit check at the probe, and
+whose an out-of-memory error is. The rules (``evaluate/memory.py``) are checked with the numbers
+of the GPU they are for; the rest runs real workers on the cpu device."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kevin_agent.errors import TaskError
+from kevin_agent.evaluate import EvalSettings, LocalEvaluator
+from kevin_agent.evaluate import memory
+from kevin_agent.evaluate.memory import GiB, Footprint
+from kevin_agent.evaluate.worker.taskcode import TaskProblem, call_factory
+from kevin_agent.task import load_task
+
+from ..clihelp import kevin
+from ..evalfixtures import TASK_SOURCE, runtime_source, write_task
+
+H200 = 139 * GiB
+RELU_6GB = Footprint(input_bytes=4096 * 393216 * 4, output_bytes=4096 * 393216 * 4, peak_bytes=4096 * 393216 * 4)
+
+
+def test_a_6gb_relu_is_planned_within_3x_its_footprint_and_fits_beside_a_process_holding_80_percent():
+    assert RELU_6GB.total == 12 * GiB
+    assert memory.planned(RELU_6GB) <= 3 * RELU_6GB.total
+    free = H200 // 5  # another process holds 80%
+    assert memory.fit_problem(RELU_6GB, free=free, total=H200, device_name="H200") is None
+    # Beside it, one candidate is checked at a time; waiting workers hold only their context.
+    busy, ready = memory.concurrency(RELU_6GB, free, workers=4)
+    assert busy == 1 and ready >= 1
+    assert memory.concurrency(RELU_6GB, H200, workers=4)[0] == 4
+
+
+def test_poisoning_takes_twice_the_outputs_and_never_more_than_half_of_what_is_left():
+    assert memory.poison_bytes(RELU_6GB, None) == 12 * GiB + memory.POISON_MARGIN
+    assert memory.poison_bytes(RELU_6GB, 10 * GiB) == 5 * GiB
+    assert memory.poison_bytes(RELU_6GB, 10 * GiB, lean=True) == memory.POISON_MARGIN
+    assert memory.poison_bytes(None, None) == memory.POISON_MARGIN
+
+
+def test_the_cuda_graph_column_and_the_timing_copies_stay_within_the_plan():
+    relu = Footprint(input_bytes=6 * GiB, output_bytes=6 * GiB, peak_bytes=6 * GiB)
+    affine = Footprint(param_bytes=64 << 10, input_bytes=256 << 20, output_bytes=256 << 20, peak_bytes=512 << 20)
+    small = Footprint(input_bytes=2 << 20, output_bytes=2 << 20, peak_bytes=6 << 20)
+    # The 6 GiB ReLU leaves no room for a captured call beside its inputs and the reference's answer.
+    assert memory.graph_output_budget(relu, 1 * GiB) < relu.forward_bytes
+    # The affine task's captured calls (each keeping the reference's peak, 512 MiB) fit twice.
+    budget = memory.graph_output_budget(affine, 1 * GiB)
+    assert 2 * affine.forward_bytes <= budget < 3 * affine.forward_bytes
+    assert memory.graph_output_budget(small, 1 * GiB) == 1 * GiB  # capped by the caller's limit
+    # Timing goes round copies of a small set; a large one is timed on the one copy.
+    assert memory.timing_copies(small) == memory.MAX_TIMING_COPIES
+    assert memory.timing_copies(affine) == memory.timing_copies(relu) == memory.timing_copies(None) == 1
+    assert memory.timing_copies(small) * small.input_bytes <= memory.TIMING_COPIES_BYTES
+
+
+def test_a_task_too_large_for_the_device_is_the_tasks_problem_and_one_crowded_out_is_the_environments():
+    huge = Footprint(input_bytes=100 * GiB, output_bytes=100 * GiB, peak_bytes=100 * GiB)
+    kind, message, hint = memory.fit_problem(huge, free=H200, total=H200, device_name="H200")
+    assert kind == "task" and "H200 has 139.0 GiB in all" in message and "shrink get_inputs()" in hint
+    kind, message, _ = memory.fit_problem(RELU_6GB, free=10 * GiB, total=H200, device_name="H200")
+    assert kind == "environment" and "other processes hold 129.0 GiB" in message
+    kind, message, _ = memory.fit_problem(RELU_6GB, free=H200, total=H200, device_name="H200", model_fraction=0.9)
+    assert kind == "environment" and "the model will hold 90%" in message
+    kind, message, hint = memory.fit_problem(RELU_6GB, free=H200, total=H200, device_name="H200", limit=8 * GiB)
+    assert kind == "task" and "--eval-memory-gib allows 8.0 GiB" in message and "--eval-memory-gib" in hint
+
+
+def test_out_of_memory_is_the_candidates_only_past_the_plan_or_with_its_room_free():
+    plan, room = memory.planned(RELU_6GB), memory.entitled(RELU_6GB)
+    assert memory.oom_fault(in_candidate=False, demand=plan + 1, planned_bytes=plan) == "candidate"
+    assert memory.oom_fault(in_candidate=False, demand=plan // 2, planned_bytes=plan) == "harness"
+    assert memory.oom_fault(in_candidate=True, demand=plan // 2, planned_bytes=plan, room=room // 2,
+                            entitled_bytes=room) == "harness"
+    assert memory.oom_fault(in_candidate=True, demand=plan // 2, planned_bytes=plan, room=2 * room,
+                            entitled_bytes=room) == "candidate"
+    message = "CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+    assert memory.is_out_of_memory(message, "OutOfMemoryError") and memory.requested_bytes(message) == 6 * GiB
+
+
+def _evaluator(tmp_path, source: str, **settings) -> LocalEvaluator:
+    task = load_task(write_task(tmp_path / "task", source))
+    chosen = {"warmup_runs": 2, "timed_runs": 5, "run_timeout_s": 240, **settings}
+    return LocalEvaluator(task, EvalSettings(device="cpu", cache_dir=tmp_path / "builds", **chosen))
+
+
+def test_a_reference_that_runs_out_of_memory_is_refused_at_the_probe(tmp_path):
+    # A real allocation failure of the reference (a petabyte), not a simulated one.
+    source = TASK_SOURCE.replace("return x * self.scale + 1.0", "return torch.empty(1 << 50) + x.sum()")
+    evaluator = _evaluator(tmp_path, source)
+    with pytest.raises(TaskError) as err:
+        evaluator.probe()
+    evaluator.close()
+    assert err.value.exit_code == 2
+    assert "the task ran out of memory" in err.value.message and "shrink get_inputs()" in err.value.hint
+
+
+def test_inputs_that_run_out_of_memory_are_not_called_the_task_files_fault():
+    """Drawn again inside a candidate's evaluation, a set that does not fit must reach the worker's
+    out-of-memory handling (harness or candidate), not end the run as a broken task file."""
+    job = SimpleNamespace(task_path="task.py")
+    too_large = SimpleNamespace(get_inputs=lambda: [torch.empty(1 << 50)])  # a real allocation failure
+    with pytest.raises(RuntimeError) as raised:
+        call_factory(too_large, "get_inputs", job)
+    assert memory.is_out_of_memory(str(raised.value), type(raised.value).__name__)
+    broken = SimpleNamespace(get_inputs=lambda: [1 / 0])
+    with pytest.raises(TaskProblem, match="get_inputs\\(\\) raised ZeroDivisionError"):
+        call_factory(broken, "get_inputs", job)
+
+
+def test_a_task_whose_workers_cannot_get_ready_ends_the_evaluation_and_blames_no_candidate(tmp_path):
+    # The reference builds in the probe's process and in no other one: a task's failure that shows
+    # only once a worker gets ready for a candidate.
+    marker = tmp_path / "built-by"
+    source = TASK_SOURCE.replace("        self.scale = scale\n", f"""        self.scale = scale
+        import os, pathlib
+        mark = pathlib.Path({str(marker)!r})
+        if mark.exists() and mark.read_text() != str(os.getpid()):
+            raise RuntimeError("built once already, by another process")
+        mark.write_text(str(os.getpid()))
+""")
+    evaluator = _evaluator(tmp_path, source, op_audit=False)
+    evaluator.probe()
+    future = evaluator.submit(runtime_source("honest_python"))
+    with pytest.raises(TaskError) as err:
+        future.result(timeout=600)
+    evaluator.close()
+    assert err.value.exit_code == 2
+    assert "building Model failed" in err.value.message and "built once already" in err.value.message
+
+
+def test_a_run_whose_task_does_not_fit_the_memory_allowed_exits_2_before_any_turn(tmp_path):
+    task = write_task(tmp_path, name="scale_task.py")
+    script = tmp_path / "r.jsonl"
+    script.write_text(json.dumps({"text": "<think>[hand-written test response]</think>never shown"}) + "\n")
+    proc = kevin("run", task, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "1",
+                 "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json", "--no-commit",
+                 "--eval-memory-gib", "1")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "--eval-memory-gib allows 1.0 GiB" in proc.stderr and "the task needs ~1.6 GiB" in proc.stderr
+    # No turn was generated, so nothing of it reached the model.
+    assert not list((tmp_path / "runs").glob("*/turns.jsonl")) or all(
+        not p.read_text().strip() for p in (tmp_path / "runs").glob("*/turns.jsonl"))
+
+
+LARGE_TASK = TASK_SOURCE.replace("torch.randn(128, 512)", "torch.randn(1088, 65536)")  # 272 MiB per set
+
+
+def test_inputs_too_large_to_store_are_drawn_per_set_and_answers_computed_again_within_the_plan(tmp_path):
+    evaluator = _evaluator(tmp_path, LARGE_TASK, op_audit=False, correctness_trials=2, timed_runs=3, confirm_rounds=5)
+    evaluator.probe()
+    ref, fp = evaluator.reference, evaluator.footprint
+    assert not ref.inputs_stored and not ref.answers_stored and ref.draw_s > 0
+    assert fp.input_bytes == 1088 * 65536 * 4
+    (result,) = evaluator.evaluate([runtime_source("honest_python")])
+    # The end-of-run confirmation holds its fresh sets the same way: drawn again, answers computed again.
+    confirmation = evaluator.confirm([runtime_source("honest_python")])
+    evaluator.close()
+    assert result.status.value == "correct", result.error
+    (confirmed,) = confirmation.kernels
+    assert confirmed.verified and confirmed.trials_passed == confirmed.trials > 0, confirmed.error
+    use = result.memory
+    assert use.planned_bytes == memory.planned(fp)
+    # Six sets are drawn during the evaluation, on the host, which on cpu is the device: held one at a
+    # time (two while the next is drawn). Resident memory also keeps what the C allocator retained of
+    # freed temporaries (a set's worth or two here); a copy of every set, or two more copies of the
+    # inputs and outputs per trial, would not fit.
+    print(f"peak {use.peak_reserved_bytes / 2**20:.0f} MiB, plan {use.planned_bytes / 2**20:.0f} MiB, "
+          f"footprint {fp.total / 2**20:.0f} MiB (reference peak {fp.peak_bytes / 2**20:.0f} MiB)")
+    assert fp.input_bytes < use.peak_reserved_bytes <= use.planned_bytes + 4 * fp.input_bytes
+    # The confirmation also holds the timing set for its rounds: one set more than an evaluation. Every
+    # fresh set and its answer held at once (its first design) came to the plan plus eleven sets.
+    held = confirmation.memory
+    print(f"confirmation peak {held.peak_reserved_bytes / 2**20:.0f} MiB")
+    assert fp.input_bytes < held.peak_reserved_bytes <= held.planned_bytes + 5 * fp.input_bytes

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kevin_agent.errors import RunNotFound
+from kevin_agent.results import RunInfo, Status, TaskRef, TurnRecord
+from kevin_agent.store import RunStore, default_runs_root, list_runs, new_run_id, now_iso
+
+from ..conftest import git_init
+
+
+def make_info(run_id: str = "20260101-000000-rms-abcd") -> RunInfo:
+    return RunInfo(run_id=run_id, created_at=now_iso(), task=TaskRef(path="/x/rms.py", name="rms",
+                   class_name="Model", digest="d"), device="cpu", backend="scripted", model="m",
+                   turns=3, trajectories=1)
+
+
+def rec(turn: int, status=Status.INCORRECT) -> TurnRecord:
+    return TurnRecord(trajectory=0, turn=turn, status=status, feedback=f"feedback {turn}")
+
+
+def test_append_and_read_back_in_order(tmp_path):
+    store = RunStore.create(tmp_path, make_info())
+    for t in (1, 2, 3):
+        store.append(rec(t))
+    again = RunStore.open(tmp_path, store.info.run_id)
+    assert [r.turn for r in again.records()] == [1, 2, 3]
+    assert again.record(0, 2).feedback == "feedback 2"
+    assert (store.dir / "run.json").is_file() and (store.dir / "kernels").is_dir()
+
+
+def test_torn_last_line_is_ignored_and_duplicates_kept_once(tmp_path):
+    store = RunStore.create(tmp_path, make_info())
+    store.append(rec(1))
+    store.append(rec(1))  # a duplicate must not count twice
+    with open(store.dir / "turns.jsonl", "a") as fh:
+        fh.write(json.dumps(rec(2).model_dump(mode="json"))[:40])  # killed mid-write
+    assert [r.turn for r in store.records()] == [1]
+
+
+def test_open_by_unique_prefix_and_unknown_run(tmp_path):
+    store = RunStore.create(tmp_path, make_info("20260101-000000-rms-abcd"))
+    assert RunStore.open(tmp_path, "20260101-000000-rms").dir == store.dir
+    with pytest.raises(RunNotFound) as exc:
+        RunStore.open(tmp_path, "nope")
+    assert "kevin-opt history" in exc.value.hint
+
+
+def test_list_runs_newest_first_and_skips_damaged(tmp_path):
+    a = make_info("a-run")
+    a.created_at = "2026-01-01T00:00:00+00:00"
+    b = make_info("b-run")
+    b.created_at = "2026-02-01T00:00:00+00:00"
+    RunStore.create(tmp_path, a)
+    RunStore.create(tmp_path, b)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.json").write_text("{not json")
+    assert [i.run_id for i, _ in list_runs(tmp_path)] == ["b-run", "a-run"]
+
+
+def test_runs_root_is_at_the_top_of_the_git_repo(tmp_path):
+    repo = git_init(tmp_path / "repo")
+    (repo / "pkg").mkdir()
+    assert default_runs_root(repo / "pkg") == repo / ".kevin" / "runs"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert default_runs_root(plain) == plain / ".kevin" / "runs"
+
+
+def test_run_ids_are_unique_and_readable():
+    ids = {new_run_id("My Layer!") for _ in range(20)}
+    assert len(ids) == 20
+    assert all("-my-layer-" in i for i in ids)
