@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import contextvars
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+import tomllib
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from .errors import ConfigError
 
@@ -231,6 +243,11 @@ class RunConfig(EvalOptions, BaseSettings):
     else beside the task)."""
     commit: bool = True
     """Commit the best verified kernel and its report (--no-commit writes them only)."""
+    e2e: bool = True
+    """On a task kevin-opt extract wrote: before committing, run the whole model with and without the
+    kernel (outputs compared, speedup measured); --no-e2e skips it."""
+    accept_slower: bool = False
+    """Commit the kernel even when the whole model runs slower with it."""
     branch: str | None = None
     """Commit on this new branch; the checkout stays where it is."""
     out: Path | None = None

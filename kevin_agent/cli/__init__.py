@@ -107,6 +107,9 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
                         "claims a better speedup on this device")
     o.add_argument("--accept-flagged", action="store_true",
                    help="deliver the best kernel even when it is flagged as faster than the physical floor allows")
+    _flag(o, "e2e", "--no-e2e", action="store_false",
+          help="on a task kevin-opt extract wrote, commit without first running the whole model with the kernel")
+    _flag(o, "accept_slower", "--accept-slower", action="store_true")
     _flag(o, "branch", metavar="NAME")
     _flag(o, "out", type=Path, metavar="PATH")
     _flag(o, "run_dir", type=Path, metavar="DIR")

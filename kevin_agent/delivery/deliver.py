@@ -7,15 +7,16 @@ run's best kernels were confirmed, and every number written comes from its confi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from ..engine.confirmation import Winner, winner
-from ..errors import GitError
+from ..errors import GitError, KevinError
 from ..results import RunInfo, TurnRecord
+from ..results.records import E2EResult
 from ..task import Task
 from . import gitops
 from .kernel_module import render_kernel_module
@@ -38,6 +39,8 @@ class Delivery(BaseModel):
     branch: str | None = None
     notes: list[str] = Field(default_factory=list)
     """What was done, and why something was not, one sentence each."""
+    e2e: E2EResult | None = None
+    """The whole model with and without the kernel (a task kevin-opt extract wrote)."""
 
     @property
     def committed(self) -> bool:
@@ -75,11 +78,17 @@ class Delivery(BaseModel):
         return "nothing to deliver"
 
 
+WholeModel = Callable[[Path, Path], E2EResult]
+"""Runs ``model_file`` with and without the kernel module at ``kernel_path`` (``delivery.e2e``)."""
+
+
 def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord], *,
-            declined: bool = False) -> Delivery:
+            declined: bool = False, whole_model: WholeModel | None = None) -> Delivery:
     """Carry the plan out with the records it was made from: write the module and its report
     (all or none), then commit exactly those files. ``declined``: the person said no; nothing
-    is touched."""
+    is touched. ``whole_model``: where the plan names the model the task came from, it is run
+    with the written kernel first; the report says what it found, and a model whose outputs
+    change, that is slower (without --accept-slower) or that cannot be run is not committed."""
     if plan.kernel is None:
         return Delivery(plan=plan, outcome="nothing", notes=[f"{plan.nothing}: nothing written, nothing committed"])
     if declined:
@@ -99,7 +108,10 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
             return Delivery(plan=plan, outcome="refused", notes=[
                 f"not written: {', '.join(changed)} changed since the plan was made; deliver again"])
         delivery = _write(plan, task, info, records, best)
-        if plan.commit and repo is not None:
+        held = _whole_model(delivery, whole_model, info, records) if plan.model_file is not None else None
+        if held is not None:
+            _left_uncommitted(delivery, held)
+        elif plan.commit and repo is not None:
             _commit(delivery, repo)
         elif not plan.commit_wanted:
             _left_uncommitted(delivery, "--no-commit")
@@ -124,6 +136,30 @@ def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Turn
     if plan.flagged is not None:
         delivery.notes.append(f"delivered although flagged: {plan.flagged}")
     return delivery
+
+
+def _whole_model(delivery: Delivery, whole_model: WholeModel | None, info: RunInfo,
+                 records: Sequence[TurnRecord]) -> str | None:
+    """Run the whole model with the written kernel and rewrite the report with what it found;
+    returns why the commit is held back, or None."""
+    plan = delivery.plan
+    if whole_model is None:
+        return None
+    try:
+        result = whole_model(plan.model_file, plan.kernel_path)
+    except KevinError as exc:
+        delivery.notes.append(f"the whole model could not be run with the kernel: {exc.message}")
+        return "the whole model was not checked with it (pass --no-e2e to commit without that check)"
+    delivery.e2e = result
+    write_report_files(info, records, plan.report, e2e=result)
+    delivery.notes.append(f"whole model {plan.shown(plan.model_file)}: {result.speedup:.2f}x with the kernel, "
+                          + ("outputs match" if result.outputs_match else f"outputs DIFFER ({result.mismatch})"))
+    if not result.outputs_match:
+        return "the whole model's outputs differ with the kernel installed"
+    if result.slower and not plan.accept_slower:
+        return (f"the whole model is slower with it ({result.speedup:.2f}x); pass --accept-slower to commit it "
+                "anyway")
+    return None
 
 
 def _left_uncommitted(delivery: Delivery, why: str) -> None:

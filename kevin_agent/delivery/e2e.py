@@ -28,7 +28,8 @@ from ..model.marks import read_envelope
 from ..model.modelfile import ModelError, ModelFile
 from ..model.process import checked, run_model_job
 from ..model.ranking import amdahl
-from ..model.records import E2EResult, InstallEnvelope, ModelProfile
+from ..model.records import InstallEnvelope, ModelProfile
+from ..results.records import E2EResult
 from .kernel_module import CLAIM_PREFIX, read_claim
 
 DEFAULT_ROUNDS = 2

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from ..config import RunConfig
 from ..engine.confirmation import Winner, current, winner
 from ..formatting import fmt_confirmed
+from ..model.marks import extracted_from
 from ..results import RunInfo, TurnRecord
 from ..task import Task
 from . import gitops
@@ -63,6 +64,11 @@ class DeliveryPlan(BaseModel):
     """Why the kernel is flagged as implausible (the flag naming the physical floor), or None."""
     accept_flagged: bool = False
     """--accept-flagged was given, or the person said yes to delivering a flagged kernel."""
+    model_file: Path | None = None
+    """The model a task kevin-opt extract wrote came from: the whole model runs with and without the
+    kernel before the commit (None: not an extracted task, its model is not beside it, or --no-e2e)."""
+    accept_slower: bool = False
+    """--accept-slower: commit even when the whole model is slower with the kernel."""
 
     @property
     def paths(self) -> list[Path]:
@@ -143,6 +149,9 @@ class DeliveryPlan(BaseModel):
         for i, fate in enumerate(dict.fromkeys(self._fate(p) for p in report)):
             alike = [self.shown(p) for p in report if self._fate(p) == fate]
             lines.append(("report" if i == 0 else "", f"{extensions(alike)}: {fate}"))
+        if self.model_file is not None:
+            lines.append(("whole model", f"{self.shown(self.model_file)} runs with and without it before the commit"
+                          + ("" if self.accept_slower else "; slower, or other outputs, and it is not committed")))
         lines.append(("commit", self.commit_line()))
         if self.commit:
             lines.append(("message", self.message.strip().splitlines()[0]))
@@ -247,6 +256,15 @@ def nothing_to_deliver(info: RunInfo, records: Sequence[TurnRecord], min_speedup
     return None
 
 
+def extracted_model(task: Task) -> Path | None:
+    """The model file beside a task kevin-opt extract wrote, when it is there."""
+    meta = extracted_from(task.source)
+    if meta is None:
+        return None
+    model = task.path.parent / meta.model_file
+    return model if model.is_file() else None
+
+
 def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], config: RunConfig, *,
                   replace: bool = False, accept_flagged: bool = False) -> DeliveryPlan:
     """What delivering the run's winner (``confirmation.winner``) would do; ``deliver`` takes the
@@ -258,7 +276,8 @@ def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], conf
     kernel_path, report = target_paths(task, config)
     plan = DeliveryPlan(kernel=kernel_claim(best, info), kernel_path=kernel_path, report=report,
                         commit_wanted=config.commit, branch=config.branch, message=commit_message(task, info, best),
-                        replace=replace, flagged=best.flag, accept_flagged=accept_flagged)
+                        replace=replace, flagged=best.flag, accept_flagged=accept_flagged,
+                        model_file=extracted_model(task) if config.e2e else None, accept_slower=config.accept_slower)
     repo = gitops.find_repo(kernel_path.parent)
     try:
         plan.states = gitops.path_states(repo, plan.paths)

@@ -164,45 +164,6 @@ class ExtractedTask(BaseModel):
     arguments at the headline's values, and these pass others. Their calls keep the original forward."""
 
 
-class E2EResult(Record):
-    """``kevin-opt e2e``: the whole model with and without the kernel, each in fresh workers."""
-
-    kind: Literal["e2e"] = "e2e"
-    model_file: str
-    kernel_file: str
-    module: str
-    device: str
-    device_name: str
-    baseline_ms: float
-    """Median forward in a worker without the kernel (the best of the rounds)."""
-    kernel_ms: float
-    """Median forward in a worker with the kernel installed (the best of the rounds)."""
-    speedup: float
-    """The whole model's speedup: in each round's worker with the kernel, the model timed with it
-    and without it call by call, interleaved; the median of the rounds' medians of the ratio."""
-    workers_speedup: float
-    """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
-    share: float | None
-    """The module's share of the forward, from the profile."""
-    module_speedup: float | None
-    """The kernel's own speedup, as its module claims it."""
-    predicted: float | None
-    """Amdahl: 1 / ((1 - share) + share / module_speedup)."""
-    outputs_match: bool
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    mismatch: str = ""
-    tolerance: str = "strict"
-    kernel_calls: float
-    """Calls per forward that took the kernel."""
-    fallback_calls: float
-    """Calls per forward that ran the original forward (outside the kernel's envelope)."""
-    rounds: int
-    slower: bool
-    """The whole model is slower with the kernel."""
-    wall_s: float = 0.0
-
-
 class InstallEnvelope(BaseModel):
     """Where a delivered kernel may run in the model (its ``# kevin-opt-install:`` line)."""
 

@@ -3,7 +3,8 @@ the e2e verdict. One set of cells for both, so the two never disagree."""
 
 from __future__ import annotations
 
-from .records import E2EResult, ModelProfile, ModuleProfile
+from ..results.records import E2EResult
+from .records import ModelProfile, ModuleProfile
 
 COLUMNS = ("#", "module", "class", "calls", "ms/fwd", "share", "amdahl", "headroom", "saves", "note")
 RIGHT = {"calls", "ms/fwd", "share", "amdahl", "headroom", "saves"}

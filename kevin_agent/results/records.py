@@ -197,6 +197,8 @@ class RunSummary(Record):
     kernel_module: str | None = None
     report: dict | None = None
     """Where the report's files went (``ReportPaths``)."""
+    e2e: E2EResult | None = None
+    """On a task kevin-opt extract wrote: the whole model with and without the kernel, before the commit."""
 
 
 class CheckRecord(Record):
@@ -289,6 +291,47 @@ class ReportRecord(Record):
     turns: list[TurnView]
     stage_totals_s: dict | None = None
     commit: str | None = None
+    e2e: E2EResult | None = None
+    """As in the summary: the whole model with and without the kernel."""
+
+
+class E2EResult(Record):
+    """``kevin-opt e2e``: the whole model with and without the kernel, each in fresh workers."""
+
+    kind: Literal["e2e"] = "e2e"
+    model_file: str
+    kernel_file: str
+    module: str
+    device: str
+    device_name: str
+    baseline_ms: float
+    """Median forward in a worker without the kernel (the best of the rounds)."""
+    kernel_ms: float
+    """Median forward in a worker with the kernel installed (the best of the rounds)."""
+    speedup: float
+    """The whole model's speedup: in each round's worker with the kernel, the model timed with it
+    and without it call by call, interleaved; the median of the rounds' medians of the ratio."""
+    workers_speedup: float
+    """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
+    share: float | None
+    """The module's share of the forward, from the profile."""
+    module_speedup: float | None
+    """The kernel's own speedup, as its module claims it."""
+    predicted: float | None
+    """Amdahl: 1 / ((1 - share) + share / module_speedup)."""
+    outputs_match: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatch: str = ""
+    tolerance: str = "strict"
+    kernel_calls: float
+    """Calls per forward that took the kernel."""
+    fallback_calls: float
+    """Calls per forward that ran the original forward (outside the kernel's envelope)."""
+    rounds: int
+    slower: bool
+    """The whole model is slower with the kernel."""
+    wall_s: float = 0.0
 
 
 class HistoryEntry(BaseModel):

@@ -141,10 +141,22 @@ def make_plan(engine: Engine, *, replace: bool = False, accept_flagged: bool = F
 
 def execute(engine: Engine, plan: DeliveryPlan, records: list[TurnRecord], *, declined: bool = False) -> Delivery:
     """Carry ``plan`` out and record in run.json what it did."""
-    delivery = deliver(plan, engine.task, engine.store.info, records, declined=declined)
+    delivery = deliver(plan, engine.task, engine.store.info, records, declined=declined,
+                       whole_model=_whole_model(engine) if plan.model_file is not None else None)
     info = engine.store.info
     engine.store.update_info(commit=delivery.commit or info.commit, delivery=delivery.headline())
     return delivery
+
+
+def _whole_model(engine: Engine):
+    """The whole model with and without a delivered kernel, in fresh workers on the run's device
+    (``delivery.e2e``); no profile, so no Amdahl prediction (``kevin-opt e2e --profile`` gives one)."""
+    from ..delivery.e2e import DEFAULT_ROUNDS, measure
+    from ..model.modelfile import load_model_file
+
+    settings = engine.config.eval_settings(engine.store.info.device)
+    return lambda model_path, kernel: measure(load_model_file(model_path), kernel, settings, profile=None,
+                                              rounds=DEFAULT_ROUNDS)
 
 
 def close(ending: Ending, outputs: Outputs, registry: Registry, stream: TextIO | None = None) -> int:
@@ -213,4 +225,5 @@ def summary(ending: Ending, records: list[TurnRecord]) -> RunSummary:
         commit=delivery.commit if delivery is not None else None,
         kernel_module=str(delivery.kernel_path) if delivery is not None and delivery.kernel_path else None,
         report=delivery.report.model_dump(mode="json") if delivery is not None and delivery.report else None,
+        e2e=delivery.e2e if delivery is not None else None,
     )

@@ -57,6 +57,13 @@ def test_each_step_succeeds(delivered):
     assert ranked[0] == "act"
     summary = json.loads((repo / "summary.json").read_text())
     assert [t["status"] for t in summary["turns"]] == ["correct", "correct"] and summary["commit"]
+    # the run on an extracted task ran the whole model with its kernel before committing it
+    e2e = summary["e2e"]
+    assert e2e["outputs_match"] and e2e["kernel_calls"] == 1 and not e2e["slower"] and e2e["module"] == "act"
+    assert any(line.startswith("whole model: mlp_block.py runs with and without it")
+               for line in summary["delivery"]["plan"])
+    assert json.loads((repo / "mlp_block_act_kevin_report.json").read_text())["e2e"] == e2e
+    assert "## The whole model" in (repo / "mlp_block_act_kevin_report.md").read_text()
     assert "+    return mlp_block_act_kevin.install(MLPBlock(dim, hidden).eval())" in steps["install"].stdout
 
 
@@ -122,9 +129,15 @@ def test_a_kernel_that_slows_the_model_down_is_said_to_and_not_accepted(tmp_path
     shutil.copy(EXAMPLES / "mlp_block.py", repo / "mlp_block.py")
     shutil.copy(EXAMPLES / "mlp_block_act.cpu.jsonl", repo / "responses.jsonl")
     assert kevin("extract", "mlp_block.py", "--module", "act", "-o", "mlp_block_act.py", cwd=repo).returncode == 0
+    head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     run = kevin("mlp_block_act.py", "--device", "cpu", "--backend", "scripted", "--responses", "responses.jsonl",
-                "--turns", "1", "--min-speedup", "0", "--headless", "--confirm-rounds", "20", "--no-commit", cwd=repo)
-    assert run.returncode == 0, run.stderr
+                "--turns", "1", "--min-speedup", "0", "--headless", "--confirm-rounds", "20", "--json", "s.json",
+                cwd=repo)
+    # the run itself ran the whole model with it: slower, so written and not committed, exit 1
+    assert run.returncode == 1, run.stderr
+    assert "the whole model is slower with it" in run.stderr and "pass --accept-slower" in run.stderr
+    assert json.loads((repo / "s.json").read_text())["e2e"]["slower"] is True
+    assert subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
     slower = kevin("e2e", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--rounds", "1", "--json", "e2e.json",
                    cwd=repo)
     assert slower.returncode == 1, slower.stderr

@@ -10,6 +10,7 @@ from ...results import RunInfo, StageTimes, TurnRecord
 from ...results.records import (
     BestView,
     ConfirmationView,
+    E2EResult,
     FlagView,
     ReportRecord,
     task_view,
@@ -26,7 +27,7 @@ def stage_totals(records: Sequence[TurnRecord]) -> dict | None:
     return {**totals, "evaluations": len(timed)}
 
 
-def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> ReportRecord:
+def build_report_data(info: RunInfo, records: Sequence[TurnRecord], *, e2e: E2EResult | None = None) -> ReportRecord:
     """What goes into ``<stem>_kevin_report.json``."""
     best = winner(info, records)
     confirmation = current(info, records)
@@ -43,5 +44,5 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord]) -> ReportRec
             seed=confirmation.seed, created_at=confirmation.created_at, kernels=list(confirmation.kernels)),
         flags=[FlagView(trajectory=r.trajectory, turn=r.turn, flag=flag)
                for r in records if r.eval is not None for flag in r.eval.flags],
-        turns=turn_views(records), stage_totals_s=stage_totals(records), commit=info.commit,
+        turns=turn_views(records), stage_totals_s=stage_totals(records), commit=info.commit, e2e=e2e,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ...results import RunInfo, TurnRecord
-from ...results.records import to_json
+from ...results.records import E2EResult, to_json
 from .chart import plot_speedups
 from .data import build_report_data
 from .markdown import render_markdown
@@ -35,9 +35,10 @@ def write_report(info: RunInfo, records: Sequence[TurnRecord], out_dir: Path, st
     return write_report_files(info, records, report_stem_paths(out_dir, stem))
 
 
-def write_report_files(info: RunInfo, records: Sequence[TurnRecord], paths: ReportPaths) -> ReportPaths:
+def write_report_files(info: RunInfo, records: Sequence[TurnRecord], paths: ReportPaths, *,
+                       e2e: E2EResult | None = None) -> ReportPaths:
     paths.markdown.parent.mkdir(parents=True, exist_ok=True)
     plot_speedups(info, records, paths.chart)
-    paths.markdown.write_text(render_markdown(info, records, paths.chart.name), encoding="utf-8")
-    paths.json.write_text(to_json(build_report_data(info, records)), encoding="utf-8")
+    paths.markdown.write_text(render_markdown(info, records, paths.chart.name, e2e=e2e), encoding="utf-8")
+    paths.json.write_text(to_json(build_report_data(info, records, e2e=e2e)), encoding="utf-8")
     return paths

@@ -16,6 +16,7 @@ from ...formatting import (
     fmt_tolerance,
 )
 from ...model.delivered import report_section
+from ...model.table import e2e_lines
 from ...results import (
     Confirmation,
     EvalResult,
@@ -26,6 +27,7 @@ from ...results import (
     TimingStats,
     TurnRecord,
 )
+from ...results.records import E2EResult
 from .data import stage_totals
 
 STATUS_LABELS = {
@@ -220,9 +222,11 @@ def _path_section(records: Sequence[TurnRecord], best: TurnRecord) -> list[str]:
     return lines
 
 
-def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: str | None = None) -> str:
+def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: str | None = None, *,
+                    e2e: E2EResult | None = None) -> str:
     """The report as markdown; ``chart_name`` is the PNG's path relative to the markdown file
-    (None leaves the chart out, e.g. for a CI step summary where it cannot be shown)."""
+    (None leaves the chart out, e.g. for a CI step summary where it cannot be shown); ``e2e``: the
+    whole model with and without the kernel, where the delivery ran it."""
     best = winner(info, records)
     confirmation = current(info, records)
     versions = info.versions
@@ -253,6 +257,10 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         lines += ["", *_path_section(records, best.record)]
         if put_back := report_section(Path(task.path), best.record, info.device, int(info.config.get("seed", 0))):
             lines += ["", *put_back]
+        if e2e is not None:
+            lines += ["", "## The whole model", "",
+                      f"`{e2e.model_file}` run with and without the kernel in fresh workers before the commit:", "",
+                      *[f"- {line}" for line in e2e_lines(e2e)]]
     elif confirmation is not None:
         lines += ["## No confirmed kernel", "", "Every verified kernel was dropped when it was verified again."]
     else:
