@@ -155,8 +155,13 @@ def _whole_model(engine: Engine):
     from ..model.modelfile import load_model_file
 
     settings = engine.config.eval_settings(engine.store.info.device)
-    return lambda model_path, kernel: measure(load_model_file(model_path), kernel, settings, profile=None,
-                                              rounds=DEFAULT_ROUNDS)
+
+    def run(model_path: Path, kernel: Path):
+        result = measure(load_model_file(model_path), kernel, settings, profile=None, rounds=DEFAULT_ROUNDS)
+        # Beside the task, as the report names them: it is committed, the person's absolute paths are not.
+        return result.model_copy(update={"model_file": model_path.name, "kernel_file": kernel.name})
+
+    return run
 
 
 def close(ending: Ending, outputs: Outputs, registry: Registry, stream: TextIO | None = None) -> int:

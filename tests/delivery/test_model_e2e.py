@@ -60,6 +60,7 @@ def test_each_step_succeeds(delivered):
     # the run on an extracted task ran the whole model with its kernel before committing it
     e2e = summary["e2e"]
     assert e2e["outputs_match"] and e2e["kernel_calls"] == 1 and not e2e["slower"] and e2e["module"] == "act"
+    assert (e2e["model_file"], e2e["kernel_file"]) == ("mlp_block.py", "mlp_block_act_kevin.py")
     assert any(line.startswith("whole model: mlp_block.py runs with and without it")
                for line in summary["delivery"]["plan"])
     assert json.loads((repo / "mlp_block_act_kevin_report.json").read_text())["e2e"] == e2e
