@@ -16,9 +16,9 @@ import openai
 
 from ..config import DEFAULT_MODEL, RunConfig
 from ..errors import BackendError, ConfigError
-from ..protocols import DoneCallback, Generation, TokenCallback
+from ..protocols import DoneCallback, Generation
 from .chatstream import TIMEOUT_ERRORS, TRANSPORT_ERRORS, Retry, StreamState, error_text, retry_after
-from .streaming import SerialCallback, ThinkSplitter
+from .streaming import BatchBackend, SerialCallback, ThinkSplitter
 
 #: Sent when no key is configured: local servers ignore it, but the client insists on one.
 PLACEHOLDER_KEY = "not-needed"
@@ -32,7 +32,7 @@ SERVE_HINT = (
 )
 
 
-class OpenAIBackend:
+class OpenAIBackend(BatchBackend):
     """Streams chat completions from an OpenAI-compatible server."""
 
     name = "openai"
@@ -65,19 +65,10 @@ class OpenAIBackend:
 
     # --- the Backend protocol -----------------------------------------------------------------
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        on_token: TokenCallback | None = None,
-        cancel: threading.Event | None = None,
-        on_done: DoneCallback | None = None,
-    ) -> list[Generation]:
-        if not prompts:
-            return []
+    def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
+                on_done: DoneCallback | None) -> list[Generation]:
         if not self._model_checked:
             self.check_model()
-        emit = SerialCallback(on_token)
         # Workers watch ``stop``, never the caller's event: a failure in one prompt stops the
         # others without looking like the person's cancel.
         stop = threading.Event()

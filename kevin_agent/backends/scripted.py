@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BackendError, UsageError
-from ..protocols import DoneCallback, Generation, TokenCallback
-from .streaming import SerialCallback, ThinkSplitter
+from ..protocols import DoneCallback, Generation
+from .streaming import BatchBackend, SerialCallback, ThinkSplitter
 
 #: Characters per streamed chunk: small enough that the TUI visibly streams.
 CHUNK_CHARS = 24
 
 
-class ScriptedBackend:
+class ScriptedBackend(BatchBackend):
     """Serves the responses of a JSONL file in order."""
 
     name = "scripted"
@@ -41,16 +41,8 @@ class ScriptedBackend:
         self.chunk_delay_s = chunk_delay_s
         """Pause between streamed chunks, so that a demo streams at a readable pace."""
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        on_token: TokenCallback | None = None,
-        cancel: threading.Event | None = None,
-        on_done: DoneCallback | None = None,
-    ) -> list[Generation]:
-        if not prompts:
-            return []
+    def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
+                on_done: DoneCallback | None) -> list[Generation]:
         needed = self.position + len(prompts)
         if needed > len(self.responses):
             turn = self.position // len(prompts) + 1
@@ -61,7 +53,6 @@ class ScriptedBackend:
             )
         batch = self.responses[self.position:needed]
         self.position = needed
-        emit = SerialCallback(on_token)
         out = []
         for i, item in enumerate(batch):
             out.append(self._stream(i, item, emit, cancel))

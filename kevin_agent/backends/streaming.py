@@ -1,12 +1,13 @@
-"""Pieces every backend shares: splitting streamed text into reasoning and answer, and a
-callback wrapper that is safe to call from several threads."""
+"""Pieces every backend shares: splitting streamed text into reasoning and answer, a callback
+wrapper that is safe to call from several threads, and the start of ``generate`` (``BatchBackend``)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Literal
 
-from ..protocols import TokenCallback
+from ..protocols import DoneCallback, Generation, TokenCallback
 
 Channel = Literal["reasoning", "text"]
 
@@ -78,3 +79,24 @@ class SerialCallback:
             return
         with self._lock:
             self._on_token(index, channel, text)
+
+
+class BatchBackend:
+    """What every built-in backend's ``generate`` does before its own work: no prompts is no call,
+    and tokens reach the caller through one ``SerialCallback``. A backend writes ``_answer``."""
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+        on_done: DoneCallback | None = None,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        return self._answer(prompts, SerialCallback(on_token), cancel, on_done)
+
+    def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
+                on_done: DoneCallback | None) -> list[Generation]:
+        raise NotImplementedError

@@ -35,12 +35,12 @@ from typing import Any
 from ..config import RunConfig
 from ..errors import BackendError, EnvironmentUnavailable
 from ..gpus import Gpu, GpuPlan, check_engine_options, detect_gpus, plan_gpus
-from ..protocols import DoneCallback, Generation, TokenCallback
+from ..protocols import DoneCallback, Generation
 from .capacity import PAPER_TRAJECTORIES
 
 DISTRIBUTIONS = {"humming": "humming-kernels"}
 """Modules vLLM imports whose distribution on PyPI has another name."""
-from .streaming import OPEN_TAG, SerialCallback, ThinkSplitter
+from .streaming import OPEN_TAG, BatchBackend, SerialCallback, ThinkSplitter
 from .vllm_stats import EngineStats, EngineStatsSink, KvCapacity, stat_logger_class
 
 ENGINE_ARGS_ENV = "KEVIN_VLLM_ENGINE_ARGS"
@@ -121,7 +121,7 @@ def engine_fields(config: RunConfig, plan: GpuPlan) -> dict[str, Any]:
     return fields
 
 
-class VLLMBackend:
+class VLLMBackend(BatchBackend):
     """Generates with a vLLM ``LLMEngine`` driven from this process."""
 
     name = "vllm"
@@ -202,17 +202,8 @@ class VLLMBackend:
 
     # --- the Backend protocol -----------------------------------------------------------------
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        on_token: TokenCallback | None = None,
-        cancel: threading.Event | None = None,
-        on_done: DoneCallback | None = None,
-    ) -> list[Generation]:
-        if not prompts:
-            return []
-        emit = SerialCallback(on_token)
+    def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
+                on_done: DoneCallback | None) -> list[Generation]:
         batch = uuid.uuid4().hex[:12]
         ids = [f"kevin-{batch}-{i}" for i in range(len(prompts))]
         texts = ["" for _ in prompts]

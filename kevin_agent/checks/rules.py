@@ -92,6 +92,11 @@ _HARNESS_SYS = set("_getframe modules settrace setprofile argv _current_frames "
                    "setswitchinterval".split())
 _HARNESS_BUILTINS = {"eval", "exec", "compile", "__import__", "open", "breakpoint", "globals"}
 
+_BANNED_NAMES = {
+    "contextlib.suppress": ("no-try-except", "`contextlib.suppress` hides errors; let failures raise"),
+}
+"""Names refused wherever they are reached, imported by name or used through their module."""
+
 
 def _dotted(node: ast.AST) -> str | None:
     parts = []
@@ -158,8 +163,8 @@ class _Checker(ast.NodeVisitor):
         elif _under(name, _HARNESS_MODULES):
             self.add("no-harness", f"imports `{name}`: the candidate may not inspect or reach into "
                      "the evaluator; remove it", node)
-        elif name == "contextlib.suppress":
-            self.add("no-try-except", "`contextlib.suppress` hides errors; let failures raise", node)
+        elif name in _BANNED_NAMES:
+            self.add(*_BANNED_NAMES[name], node)
 
     # --- names and attributes ------------------------------------------------------------
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -184,8 +189,8 @@ class _Checker(ast.NodeVisitor):
             self.add("no-harness", f"`{full}` reaches into the interpreter; remove it", node)
         elif full.startswith("os.") and full.split(".")[1] in _OS_PROCESS:
             self.add("no-threads", f"`{full}` starts or signals processes; remove it", node)
-        elif full == "contextlib.suppress":
-            self.add("no-try-except", "`contextlib.suppress` hides errors; let failures raise", node)
+        elif full in _BANNED_NAMES:
+            self.add(*_BANNED_NAMES[full], node)
         elif full in _MATMUL_FUNCTIONS:
             self.add("no-torch-compute", f"`{full}` is the `@` operator, a PyTorch matmul; {_INSTEAD}", node)
         if full.endswith(".__dict__"):
