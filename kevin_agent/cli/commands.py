@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, load_config
-from ..console import interactive, write_json
+from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
 from ..engine.confirmation import best_of_run, confirmed_turns
 from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
@@ -96,6 +96,9 @@ def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: s
                 ending.signum = signals.signum  # the first signal says how the run ended
             if ending.wants_delivery():
                 ending.plan, records = make_plan(engine, replace=replace, accept_flagged=accept_flagged)
+                if ending.plan.writable and ending.plan.model_file is not None:
+                    note(f"running the whole model {ending.plan.shown(ending.plan.model_file)} with and without the "
+                         "kernel before the commit (--no-e2e skips this)")
                 ending.delivery = execute(engine, ending.plan, records)
             return close(ending, outputs, registry)
         finally:

@@ -136,6 +136,7 @@ def test_a_kernel_that_slows_the_model_down_is_said_to_and_not_accepted(tmp_path
                 cwd=repo)
     # the run itself ran the whole model with it: slower, so written and not committed, exit 1
     assert run.returncode == 1, run.stderr
+    assert "running the whole model mlp_block.py with and without the kernel before the commit" in run.stderr
     assert "the whole model is slower with it" in run.stderr and "pass --accept-slower" in run.stderr
     assert json.loads((repo / "s.json").read_text())["e2e"]["slower"] is True
     assert subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
