@@ -22,6 +22,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -214,17 +215,18 @@ def profiled(job: Job, work: Callable[[], WorkerReply]) -> WorkerReply:
         Path(f"{stem}.txt").write_text(text.getvalue(), encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> None:
+def start(job_type, argv: list[str] | None):
+    """A worker's start, the same for every kind: the job named on its command line, the pipes to
+    its parent, and torch's threads as the settings say."""
     args = sys.argv[1:] if argv is None else argv
-    job = Job.model_validate_json(Path(args[0]).read_text())
-    parent = Parent(job)
+    job = job_type.model_validate_json(Path(args[0]).read_text())
     if job.settings.device == "cpu" and job.settings.cpu_threads:
         torch.set_num_threads(job.settings.cpu_threads)
-    modes = {"probe": do_probe, "compile": do_compile, "run": do_run, "confirm": do_confirm}
-    try:
-        reply = profiled(job, lambda: modes[job.mode](job, parent))
-    except BaseException as exc:
-        reply = WorkerReply(ok=False, error_kind="runtime", error=describe(exc, job.candidate_path))
+    return job, Parent(job)
+
+
+def finish(job, parent: Parent, reply) -> NoReturn:
+    """Write ``reply`` whole (a reader never sees half of it), say so, and end at once."""
     tmp = job.reply_path + ".tmp"
     Path(tmp).write_text(reply.model_dump_json(), encoding="utf-8")
     os.replace(tmp, job.reply_path)
@@ -233,6 +235,16 @@ def main(argv: list[str] | None = None) -> None:
     sys.stderr.flush()
     # Skip interpreter teardown: candidate atexit hooks and extension destructors may hang or crash.
     os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    job, parent = start(Job, argv)
+    modes = {"probe": do_probe, "compile": do_compile, "run": do_run, "confirm": do_confirm}
+    try:
+        reply = profiled(job, lambda: modes[job.mode](job, parent))
+    except BaseException as exc:
+        reply = WorkerReply(ok=False, error_kind="runtime", error=describe(exc, job.candidate_path))
+    finish(job, parent, reply)
 
 
 if __name__ == "__main__":

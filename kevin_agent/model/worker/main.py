@@ -7,19 +7,16 @@ environment, a reply file). Modes: ``profile`` (``profiling``), ``extract`` (``c
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from ...evaluate.jobs import REPLIED
 from ...evaluate.plausibility import bandwidth
 from ...evaluate.worker.candidate import device_name, versions
 from ...evaluate.worker.correctness import Mismatch, Outcome, compare
-from ...evaluate.worker.main import Parent
+from ...evaluate.worker.main import Parent, finish, start
 from ...evaluate.worker.taskcode import describe, import_file
 from ...evaluate.worker.timing import Timer, ratios
 from ..jobs import E2ERun, ModelJob, ModelReply
@@ -148,11 +145,7 @@ MODES = {"profile": do_profile, "extract": do_extract, "e2e": do_e2e}
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    job = ModelJob.model_validate_json(Path(args[0]).read_text())
-    parent = Parent(job)
-    if job.settings.device == "cpu" and job.settings.cpu_threads:
-        torch.set_num_threads(job.settings.cpu_threads)
+    job, parent = start(ModelJob, argv)
     started = time.monotonic()
     try:
         reply = MODES[job.mode](job, parent)
@@ -162,13 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         reply = ModelReply(ok=False, error_kind="model", error=describe(exc, job.model_path))
     if reply.profile is not None:
         reply.profile.wall_s = round(time.monotonic() - started, 3)
-    tmp = job.reply_path + ".tmp"
-    Path(tmp).write_text(reply.model_dump_json(), encoding="utf-8")
-    os.replace(tmp, job.reply_path)
-    parent.say(REPLIED)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # the person's atexit hooks and extension destructors are not ours to wait for
+    finish(job, parent, reply)  # the person's atexit hooks and extension destructors are not ours to wait for
 
 
 if __name__ == "__main__":
