@@ -107,8 +107,7 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
         if changed:
             return Delivery(plan=plan, outcome="refused", notes=[
                 f"not written: {', '.join(changed)} changed since the plan was made; deliver again"])
-        delivery = _write(plan, task, info, records, best)
-        held = _whole_model(delivery, whole_model, info, records) if plan.model_file is not None else None
+        delivery, held = _write(plan, task, info, records, best, whole_model)
         if held is not None:
             _left_uncommitted(delivery, held)
         elif plan.commit and repo is not None:
@@ -123,43 +122,43 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
             repo.close()
 
 
-def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord],
-           best: Winner) -> Delivery:
+def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord], best: Winner,
+           whole_model: WholeModel | None) -> tuple[Delivery, str | None]:
+    """Write the module, run the whole model with it where the plan says so, then the report (once,
+    with what the whole model showed); returns the delivery and why its commit is held back."""
     plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
     plan.kernel_path.write_text(render_kernel_module(task, best, info, stem=plan.kernel_path.stem), encoding="utf-8")
-    write_report_files(info, records, plan.report)
-    delivery = Delivery(plan=plan, outcome="written", written=plan.paths)
+    e2e, said, held = (_whole_model(plan, whole_model) if plan.model_file is not None and whole_model is not None
+                       else (None, None, None))
+    write_report_files(info, records, plan.report, e2e=e2e)
+    delivery = Delivery(plan=plan, outcome="written", written=plan.paths, e2e=e2e)
     report = extensions([plan.shown(p) for p in plan.paths[1:]])
     delivery.notes.append(f"wrote {plan.shown(plan.kernel_path)} and {report}")
     if plan.replaces is not None:
         delivery.notes.append(f"replaced {plan.kernel_path.name}, which claimed {plan.replaces.describe()}")
     if plan.flagged is not None:
         delivery.notes.append(f"delivered although flagged: {plan.flagged}")
-    return delivery
+    if said is not None:
+        delivery.notes.append(said)
+    return delivery, held
 
 
-def _whole_model(delivery: Delivery, whole_model: WholeModel | None, info: RunInfo,
-                 records: Sequence[TurnRecord]) -> str | None:
-    """Run the whole model with the written kernel and rewrite the report with what it found;
-    returns why the commit is held back, or None."""
-    plan = delivery.plan
-    if whole_model is None:
-        return None
+def _whole_model(plan: DeliveryPlan, whole_model: WholeModel) -> tuple[E2EResult | None, str, str | None]:
+    """Run the whole model with the written kernel: what it found, the note that says so, and why
+    the commit is held back (None: it is not)."""
     try:
         result = whole_model(plan.model_file, plan.kernel_path)
     except KevinError as exc:
-        delivery.notes.append(f"the whole model could not be run with the kernel: {exc.message}")
-        return "the whole model was not checked with it (pass --no-e2e to commit without that check)"
-    delivery.e2e = result
-    write_report_files(info, records, plan.report, e2e=result)
-    delivery.notes.append(f"whole model {plan.shown(plan.model_file)}: {result.speedup:.2f}x with the kernel, "
-                          + ("outputs match" if result.outputs_match else f"outputs DIFFER ({result.mismatch})"))
+        return (None, f"the whole model could not be run with the kernel: {exc.message}",
+                "the whole model was not checked with it (pass --no-e2e to commit without that check)")
+    said = (f"whole model {plan.shown(plan.model_file)}: {result.speedup:.2f}x with the kernel, "
+            + ("outputs match" if result.outputs_match else f"outputs DIFFER ({result.mismatch})"))
     if not result.outputs_match:
-        return "the whole model's outputs differ with the kernel installed"
+        return result, said, "the whole model's outputs differ with the kernel installed"
     if result.slower and not plan.accept_slower:
-        return (f"the whole model is slower with it ({result.speedup:.2f}x); pass --accept-slower to commit it "
-                "anyway")
-    return None
+        return result, said, (f"the whole model is slower with it ({result.speedup:.2f}x); pass --accept-slower "
+                              "to commit it anyway")
+    return result, said, None
 
 
 def _left_uncommitted(delivery: Delivery, why: str) -> None:
