@@ -96,10 +96,7 @@ def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: s
                 ending.signum = signals.signum  # the first signal says how the run ended
             if ending.wants_delivery():
                 ending.plan, records = make_plan(engine, replace=replace, accept_flagged=accept_flagged)
-                if ending.plan.writable and ending.plan.model_file is not None:
-                    note(f"running the whole model {ending.plan.shown(ending.plan.model_file)} with and without the "
-                         "kernel before the commit (--no-e2e skips this)")
-                ending.delivery = execute(engine, ending.plan, records)
+                ending.delivery = execute(engine, ending.plan, records, say=note)
             return close(ending, outputs, registry)
         finally:
             engine.store.release()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -139,16 +140,18 @@ def make_plan(engine: Engine, *, replace: bool = False, accept_flagged: bool = F
                          accept_flagged=accept_flagged), records
 
 
-def execute(engine: Engine, plan: DeliveryPlan, records: list[TurnRecord], *, declined: bool = False) -> Delivery:
-    """Carry ``plan`` out and record in run.json what it did."""
+def execute(engine: Engine, plan: DeliveryPlan, records: list[TurnRecord], *, declined: bool = False,
+            say: Callable[[str], None] | None = None) -> Delivery:
+    """Carry ``plan`` out and record in run.json what it did. ``say`` hears, as it starts, what
+    takes a while (the whole model run with the kernel)."""
     delivery = deliver(plan, engine.task, engine.store.info, records, declined=declined,
-                       whole_model=_whole_model(engine) if plan.model_file is not None else None)
+                       whole_model=_whole_model(engine, say) if plan.model_file is not None else None)
     info = engine.store.info
     engine.store.update_info(commit=delivery.commit or info.commit, delivery=delivery.headline())
     return delivery
 
 
-def _whole_model(engine: Engine):
+def _whole_model(engine: Engine, say: Callable[[str], None] | None):
     """The whole model with and without a delivered kernel, in fresh workers on the run's device
     (``delivery.e2e``); no profile, so no Amdahl prediction (``kevin-opt e2e --profile`` gives one)."""
     from ..delivery.e2e import DEFAULT_ROUNDS, measure
@@ -157,6 +160,9 @@ def _whole_model(engine: Engine):
     settings = engine.config.eval_settings(engine.store.info.device)
 
     def run(model_path: Path, kernel: Path):
+        if say is not None:
+            say(f"running the whole model {model_path.name} with and without the kernel before the commit "
+                "(--no-e2e skips this)")
         result = measure(load_model_file(model_path), kernel, settings, profile=None, rounds=DEFAULT_ROUNDS)
         # Beside the task, as the report names them: it is committed, the person's absolute paths are not.
         return result.model_copy(update={"model_file": model_path.name, "kernel_file": kernel.name})

@@ -359,11 +359,10 @@ class KevinApp(App[int]):
     @work(thread=True, group="deliver", exit_on_error=False)
     def _deliver(self, engine: Engine, plan: DeliveryPlan, records: list, *, declined: bool = False) -> Delivery:
         self._delivering = True
-        if not declined and plan.writable and plan.model_file is not None:
-            self.call_from_thread(self.run_screen.set_status, f"running the whole model {plan.shown(plan.model_file)} "
-                                  "with and without the kernel before the commit", "$text-accent")
         try:
-            return finish.execute(engine, plan, records, declined=declined)
+            return finish.execute(engine, plan, records, declined=declined,
+                                  say=lambda text: self.call_from_thread(self.run_screen.set_status, text,
+                                                                         "$text-accent"))
         finally:
             self._delivering = False
 
