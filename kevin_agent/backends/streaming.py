@@ -4,6 +4,7 @@ wrapper that is safe to call from several threads, and the start of ``generate``
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Literal
 
@@ -81,7 +82,7 @@ class SerialCallback:
             self._on_token(index, channel, text)
 
 
-class BatchBackend:
+class BatchBackend(ABC):
     """What every built-in backend's ``generate`` does before its own work: no prompts is no call,
     and tokens reach the caller through one ``SerialCallback``. A backend writes ``_answer``."""
 
@@ -97,6 +98,7 @@ class BatchBackend:
             return []
         return self._answer(prompts, SerialCallback(on_token), cancel, on_done)
 
+    @abstractmethod
     def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
                 on_done: DoneCallback | None) -> list[Generation]:
-        raise NotImplementedError
+        """``generate`` for at least one prompt, ``on_token`` already wrapped as ``emit``."""
