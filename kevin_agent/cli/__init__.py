@@ -31,24 +31,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"kevin-opt: error: {message}\n  hint: see `{self.prog} --help`\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _bounded(convert, noun: str, ok, bound: str):
+    """An argparse type: ``convert`` of the text, refused with ``bound`` where ``ok`` says no."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{bound}, got {value}")
+        return value
+
+    return parse
 
 
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
+_positive_int = _bounded(int, "a whole number", lambda v: v >= 1, "must be at least 1")
+_nonneg_float = _bounded(float, "a number", lambda v: v >= 0, "must not be negative")
 
 
 def _flag(group, setting: str, *names: str, help: str | None = None, **kw) -> None:
