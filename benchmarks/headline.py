@@ -39,7 +39,7 @@ def main() -> int:
     import os
 
     from kevin_agent.evaluate.toolchain.build import building
-    from kevin_agent.evaluate.worker import timing
+    from kevin_agent.evaluate.worker import runs, timing
     from kevin_agent.engine.parsing import parse_response
 
     if not torch.cuda.is_available():
@@ -91,7 +91,7 @@ def main() -> int:
 
     def rounds(timer) -> float:
         k, r = timer.rounds([fused, eager], [inputs], warmup=10, rounds=args.runs)
-        return timing.speedup_of(r, k)
+        return runs.speedup_of(r, k)
     speedups = each(new, rounds)
 
     def back_to_back(timer) -> float:

@@ -19,8 +19,9 @@ from kevin_agent.config import load_config  # noqa: E402
 from kevin_agent.evaluate.worker.correctness import Mismatch, Outcome, compare, set_reference_tf32, tolerance  # noqa: E402
 from kevin_agent.evaluate.worker.graphs import graph_column  # noqa: E402
 from kevin_agent.evaluate.plausibility import BANDWIDTH_HEADROOM, implausibility, runtime_floor  # noqa: E402
-from kevin_agent.evaluate.worker.timing import (HIDDEN_ABS_MS, HIDDEN_REL, NotCapturable, Runs, Timer,  # noqa: E402
-                                         graph_calls, hidden_work, hidden_work_refusal)
+from kevin_agent.evaluate.worker.runs import (HIDDEN_ABS_MS, HIDDEN_REL, Runs, hidden_work,  # noqa: E402
+                                              hidden_work_refusal)
+from kevin_agent.evaluate.worker.timing import NotCapturable, Timer, graph_calls  # noqa: E402
 from kevin_agent.formatting import fmt_graph, fmt_tolerance  # noqa: E402
 from kevin_agent.delivery.kernel_module import header_lines  # noqa: E402
 from kevin_agent.registry import build_registry  # noqa: E402
@@ -89,7 +90,7 @@ def test_hidden_work_rule():
 
 
 def test_a_speedup_is_the_median_of_the_rounds_ratios_and_rounds_interleave():
-    from kevin_agent.evaluate.worker.timing import speedup_of
+    from kevin_agent.evaluate.worker.runs import speedup_of
 
     # Round by round: 10/1, 10/5, 30/3. The median of the ratios (10) is not the ratio of the
     # medians (10/3): a slow round slows both sides and cancels out of its own ratio.

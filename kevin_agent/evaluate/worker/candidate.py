@@ -26,7 +26,8 @@ from ..jobs import Job, WorkerReply
 from ..plausibility import bandwidth, implausibility, runtime_floor
 from ..reference import MAX_SIGNATURES, TIMED_SIGNATURES, signature_rounds, signature_set
 from .taskcode import TaskProblem, call_factory, describe, import_file
-from .timing import GRAPH_MAX_OUTPUT_BYTES, Runs, Timer, hidden_work, hidden_work_refusal, speedup_of
+from .runs import Runs, hidden_work, hidden_work_refusal, speedup_of
+from .timing import GRAPH_MAX_OUTPUT_BYTES, Timer
 from .trials import ReferenceChanged, Trials
 
 

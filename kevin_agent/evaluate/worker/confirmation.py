@@ -46,7 +46,8 @@ from ..jobs import Assignment, Job, WorkerReply
 from ..memory import timing_copies
 from ..plausibility import implausibility
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
-from .timing import Runs, Timer, ratios
+from .runs import Runs, ratios
+from .timing import Timer
 from .trials import ReferenceChanged, Trials, read_meta
 
 MIN_ROUNDS = 20

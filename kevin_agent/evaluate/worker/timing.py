@@ -31,7 +31,8 @@ rule: with
 
     hidden = median over runs of (synchronised time - stream time) - overhead
 
-a candidate is refused when ``hidden > max(HIDDEN_ABS_MS, HIDDEN_REL x its stream median)``.
+a candidate is refused when ``hidden > max(HIDDEN_ABS_MS, HIDDEN_REL x its stream median)`` (``runs.hidden_work``;
+the statistics of the runs and the ratios a speedup is made of are ``runs`` as well).
 
 "In a CUDA graph" (``graph_time``): ``calls`` calls captured in one ``CUDAGraph`` on a stream of
 the timer's own, after warm-up; each replay is timed with stream events after a flush and a lead,
@@ -59,7 +60,8 @@ from pathlib import Path
 
 import torch
 
-from ...results import SyncCheck, TimingStats
+from ...results import TimingStats
+from .runs import Runs, stats
 
 _perf_counter = time.perf_counter
 _median = statistics.median
@@ -81,10 +83,6 @@ _graph_begin = getattr(_GraphBase, "capture_begin", None)
 _graph_end = getattr(_GraphBase, "capture_end", None)
 _graph_replay = getattr(_GraphBase, "replay", None)
 
-HIDDEN_ABS_MS = 0.008
-"""Hidden work below this is noise in the synchronisation's own cost, never refused."""
-HIDDEN_REL = 0.10
-"""Hidden work below this share of the stream time is never refused."""
 GRAPH_MAX_CALLS = 50
 GRAPH_TARGET_MS = 2.0
 """Calls per graph: enough to fill about this long, at most GRAPH_MAX_CALLS."""
@@ -107,84 +105,6 @@ class NotCapturable(Exception):
 def _cuda_sync() -> None:
     """Device-wide: waits for every stream of the current device, side streams included."""
     _c_sync()
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def stats(times_ms: Sequence[float], host_waits: int = 0) -> TimingStats:
-    s = sorted(times_ms)
-    return TimingStats(
-        median_ms=_median(s),
-        mean_ms=statistics.fmean(s),
-        std_ms=statistics.pstdev(s) if len(s) > 1 else 0.0,
-        min_ms=s[0],
-        max_ms=s[-1],
-        p10_ms=_quantile(s, 0.10),
-        p90_ms=_quantile(s, 0.90),
-        runs=len(s),
-        host_waits=host_waits,
-    )
-
-
-@dataclass
-class Runs:
-    """Per-run times of one callable: on the stream, and with a device-wide sync before the end mark."""
-
-    stream_ms: list[float]
-    synced_ms: list[float]
-    host_waits: int = 0
-    """Runs in which the GPU still waited for the host at the longest lead (see the module's text)."""
-
-    def add(self, run: Run) -> None:
-        self.stream_ms.append(run.stream_ms)
-        self.synced_ms.append(run.synced_ms)
-        self.host_waits += not run.ahead
-
-    @property
-    def stream(self) -> TimingStats:
-        return stats(self.stream_ms, self.host_waits)
-
-    @property
-    def synced(self) -> TimingStats:
-        return stats(self.synced_ms)
-
-    @property
-    def after_ms(self) -> float:
-        """Median over runs of what the synchronisation added to the stream time."""
-        return _median([b - a for a, b in zip(self.stream_ms, self.synced_ms)])
-
-
-def ratios(over_ms: Sequence[float], under_ms: Sequence[float]) -> list[float]:
-    """Round by round, one callable's time over another's (the reference's over a kernel's: its speedup)."""
-    return [a / max(b, 1e-9) for a, b in zip(over_ms, under_ms)]
-
-
-def speedup_of(reference: Runs, kernel: Runs) -> float:
-    """The median over the rounds of the reference's time over the kernel's."""
-    return _median(ratios(reference.stream_ms, kernel.stream_ms))
-
-
-def hidden_work(runs: Runs, overhead_ms: float) -> SyncCheck:
-    """The rule for work that escapes the stream (refused when ``hidden_ms > limit_ms``)."""
-    stream_median = _median(runs.stream_ms)
-    return SyncCheck(synced=runs.synced, overhead_ms=overhead_ms, hidden_ms=runs.after_ms - overhead_ms,
-                     limit_ms=max(HIDDEN_ABS_MS, HIDDEN_REL * stream_median))
-
-
-def hidden_work_refusal(check: SyncCheck, stream: TimingStats) -> str | None:
-    """The ``[no-streams]`` error for a candidate whose work escapes the stream, or None."""
-    if check.hidden_ms <= check.limit_ms:
-        return None
-    return (f"[no-streams] work ran outside the stream the call was timed on: timed on its stream the call "
-            f"took {stream.median_ms:.4g} ms, with a device-wide synchronisation {check.synced.median_ms:.4g} ms; "
-            f"the synchronisation itself costs {check.overhead_ms:.4g} ms, which leaves {check.hidden_ms:.4g} ms "
-            f"of work the timer did not see (allowed: {check.limit_ms:.4g} ms). Launch every kernel on the "
-            "current stream (at::cuda::getCurrentCUDAStream()) and finish the work before returning")
 
 
 def graph_calls(stream_median_ms: float, output_bytes: int, budget: int = GRAPH_MAX_OUTPUT_BYTES) -> int:
