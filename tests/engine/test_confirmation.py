@@ -301,8 +301,9 @@ async def test_the_tui_asks_before_it_commits_a_flagged_kernel(tmp_path):
     app = KevinApp(lambda sink: start_run(config, repo / "affine.py", sink), runs_root=repo / ".kevin" / "runs")
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.outcome is not None, 600, "the run to end")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#yes"), 300,
-                       "the question")
+        # The question, laid out: read before its first layout the body is wrapped at a few columns.
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#yes")
+                       and app.screen.query_one("#dialog-body Static", Static).size.width > 40, 300, "the question")
         title = app.screen.query_one("#dialog").border_title
         body = str(app.screen.query_one("#dialog-body Static", Static).render())
         yes = str(app.screen.query_one("#yes", Button).label)
