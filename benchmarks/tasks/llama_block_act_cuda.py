@@ -27,11 +27,18 @@ __global__ void silu_mul_bf16x8(const uint4* __restrict__ g, const uint4* __rest
     }
 }
 
+// torch builds with __CUDA_NO_BFLOAT16_CONVERSIONS__: bf16 <-> float goes through the intrinsics.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
 template <typename T>
 __global__ void silu_mul_scalar(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ o, long long begin,
                                 long long n) {
     for (long long i = begin + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        o[i] = (T)silu_mul((float)g[i], (float)u[i]);
+        o[i] = from_float<T>(silu_mul(to_float(g[i]), to_float(u[i])));
     }
 }
 
