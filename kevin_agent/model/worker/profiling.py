@@ -170,8 +170,10 @@ def profile_calls(loaded: LoadedModel, forwards: int, device: str) -> tuple[list
                     torch.cuda.synchronize()
                 prof.step()
     stats: dict[int, CallStats] = defaultdict(CallStats)
-    # A range inside no other is the model's own call: one per forward.
-    outermost = [e for e in prof.events() if e.name.startswith(RANGE) and not _inside_range(e)]
+    # A range inside no other is the model's own call: one per forward. On cuda each range is also
+    # recorded on the GPU's timeline (a user annotation without CPU children): only the CPU's count.
+    outermost = [e for e in prof.events() if e.name.startswith(RANGE) and not _inside_range(e)
+                 and e.device_type == torch.autograd.DeviceType.CPU]
     for k, event in enumerate(sorted(outermost, key=lambda e: e.time_range.start)):
         _walk(event, stats, device, k)
     return hooks.paths, stats
