@@ -253,3 +253,35 @@ def test_gpu_genuine_compile_error_reports_the_plain_builds_error(gpu_root):
     log = (folder / "compile.log").read_text()
     assert not ok
     assert "the fast build failed" in log and "error" in log.split("the fast build failed", 1)[1]
+
+
+@pytest.mark.slow
+def test_a_fast_build_that_broke_down_is_really_built_again_plainly(tmp_path, monkeypatch):
+    """torch builds an extension again only when its sources or flags change, and the fast build's
+    changes travel in the environment: the plain retry must still compile (not import a .so the
+    failed attempt never made)."""
+    from kevin_agent.evaluate.toolchain import build
+
+    broken = tmp_path / "broken-cxx"
+    # a compiler that answers torch's questions about itself and breaks down on every compile
+    broken.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -c ] && { echo "internal compiler error: Segmentation '
+                      'fault" >&2; exit 1; }; done\nexec c++ "$@"\n')
+    broken.chmod(0o755)
+
+    class BrokenTool(Plan):
+        def env(self) -> dict[str, str]:
+            return {"CXX": str(broken)}
+
+    monkeypatch.setattr(build, "make_plan", lambda arguments, shared: (BrokenTool(), lambda: None))
+    folder = tmp_path / "ext"
+    folder.mkdir()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(folder))
+    source = "#include <torch/extension.h>\nint64_t twice(int64_t x) { return 2 * x; }\n"
+    from torch.utils.cpp_extension import load_inline
+
+    arguments = {"name": "kevin_retry_probe", "cpp_sources": source, "functions": ["twice"],
+                 "build_directory": str(folder)}
+    module = build.fast_load_inline(lambda: load_inline(**arguments), arguments, shared=tmp_path / "shared")
+    assert module.twice(21) == 42
+    rows = cache.build_paths(folder)
+    assert [r["path"] for r in rows] == ["plain-after-fast"]

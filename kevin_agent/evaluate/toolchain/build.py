@@ -216,6 +216,12 @@ def fast_load_inline(call: Callable[[], object], arguments: dict, shared: Path |
                 (build_dir / "kevin-fast-attempt.log").write_text(log, encoding="utf-8")
             _note(f"{name}: the fast build failed ({plan.describe()}); building again plainly")
             path = "plain-after-fast"
+            # torch builds an extension again only when its sources or flags changed; the fast
+            # build's flags travel in the environment, so without this the retry would import the
+            # .so that was never made (and report that instead of the compiler's errors).
+            from torch.utils.cpp_extension import JIT_EXTENSION_VERSIONER
+
+            JIT_EXTENSION_VERSIONER.entries.pop(name, None)
             try:
                 module = call()
             except BaseException:
