@@ -40,6 +40,7 @@ def main() -> int:
 
     from kevin_agent.evaluate.toolchain.build import building
     from kevin_agent.evaluate.worker import runs, timing
+    from kevin_agent.evaluate.worker.placements import Placements
     from kevin_agent.engine.parsing import parse_response
 
     if not torch.cuda.is_available():
@@ -90,7 +91,7 @@ def main() -> int:
         cases[f"{name}, one timer reused, lead 0.2 ms"] = each(lambda: shared, time_one(fn, 0.2))
 
     def rounds(timer) -> float:
-        k, r = timer.rounds([fused, eager], [inputs], warmup=10, rounds=args.runs)
+        k, r = timer.rounds([fused, eager], Placements.plain(inputs), warmup=10, rounds=args.runs)
         return runs.speedup_of(r, k)
     speedups = each(new, rounds)
 

@@ -29,7 +29,8 @@ GiB = 1 << 30
 MiB = 1 << 20
 HARNESS_BYTES = 1 * GiB
 """The harness's own buffers during an evaluation: the timer's cache-flush buffer (twice the L2
-cache, at least 256 MiB), the comparison's chunks, the allocator's rounding."""
+cache, at least 256 MiB), the timing's placements (``TIMING_PLACEMENTS_BYTES``), the comparison's
+chunks, the allocator's rounding."""
 WORKER_BYTES = 640 * MiB
 """A worker process's CUDA context and torch's own buffers, outside its allocator."""
 POISON_MARGIN = 64 * MiB
@@ -143,18 +144,31 @@ def poison_bytes(fp: Footprint | None, room: int | None, *, lean: bool = False) 
     return max(0, min(want, room // (4 if lean else 2)))
 
 
-TIMING_COPIES_BYTES = 64 * MiB
-"""Copies of the timing set, all together, are kept within this (part of ``HARNESS_BYTES``)."""
-MAX_TIMING_COPIES = 8
+TIMING_PLACEMENTS_BYTES = 384 * MiB
+"""The timing's placements, all together, are kept within this (part of ``HARNESS_BYTES``)."""
+MAX_PLACEMENTS = 16
 
 
-def timing_copies(fp: Footprint | None) -> int:
-    """How many copies of the timing set the rounds go round: where a call's time is microseconds,
-    where one copy of its inputs lies moves it by a few percent, so small sets are timed on up to
-    ``MAX_TIMING_COPIES`` copies; large ones (whose calls stream gigabytes) on one."""
+def pool_bytes(nbytes: int) -> int:
+    """What a memory pool of its own reserves to hold ``nbytes`` in one block: the caching
+    allocator's segment sizes (2 MiB up to 1 MiB, 20 MiB up to 10 MiB, else rounded up to 2 MiB)."""
+    if nbytes <= 1 * MiB:
+        return 2 * MiB
+    if nbytes < 10 * MiB:
+        return 20 * MiB
+    return -(-nbytes // (2 * MiB)) * (2 * MiB)
+
+
+def timing_placements(fp: Footprint | None) -> int:
+    """How many placements the timing's rounds go round (``placements.Placements``): where a call
+    takes microseconds, where its inputs, outputs and temporaries happen to lie moves its time by up
+    to 10% (docs/gpu-runs.md, run 19), and one worker's addresses are fixed for its life; so a small
+    task is timed at up to ``MAX_PLACEMENTS`` placements, each holding a set of inputs and what one
+    call allocates, and a large one (whose calls stream gigabytes) at one."""
     if fp is None or fp.input_bytes <= 0:
         return 1
-    return max(1, min(MAX_TIMING_COPIES, TIMING_COPIES_BYTES // fp.input_bytes))
+    each = 2 * MiB + pool_bytes(fp.input_bytes + fp.forward_bytes)
+    return max(1, min(MAX_PLACEMENTS, TIMING_PLACEMENTS_BYTES // each))
 
 
 def graph_output_budget(fp: Footprint | None, cap: int) -> int:

@@ -165,3 +165,21 @@ def test_a_launch_bound_module_reads_the_same_in_fresh_timers_alone_and_beside_b
     spread = (max(every) - min(every)) / (sum(every) / len(every))
     print(f"quiet {quiet}, beside 16 busy processes {loaded}: spread {spread:.2%}")
     assert spread <= 0.02, (quiet, loaded)
+
+
+def test_placements_give_each_round_its_own_memory_for_the_calls_too():
+    torch, timer = _cuda_timer()
+    from kevin_agent.evaluate.worker.placements import Placements
+
+    places = Placements(lambda: [torch.randn(1 << 19, device="cuda")], 4, "cuda")
+    inputs, outputs = [], []
+    for r in range(8):
+        with places.at(r) as (x,):
+            inputs.append(x.data_ptr())
+            outputs.append((x * 2).data_ptr())  # freed at once: the next call at this placement reuses it
+    # Four placements: four copies and four places for what a call allocates, in turn.
+    assert len(set(inputs)) == len(set(outputs)) == 4
+    assert inputs[:4] == inputs[4:] and outputs[:4] == outputs[4:]
+    runs = timer.rounds([lambda x: x * 2], places, warmup=2, rounds=8)[0]
+    assert len(runs.stream_ms) == 8 and min(runs.stream_ms) > 0
+    places.close()

@@ -52,10 +52,17 @@ def test_the_cuda_graph_column_and_the_timing_copies_stay_within_the_plan():
     budget = memory.graph_output_budget(affine, 1 * GiB)
     assert 2 * affine.forward_bytes <= budget < 3 * affine.forward_bytes
     assert memory.graph_output_budget(small, 1 * GiB) == 1 * GiB  # capped by the caller's limit
-    # Timing goes round copies of a small set; a large one is timed on the one copy.
-    assert memory.timing_copies(small) == memory.MAX_TIMING_COPIES
-    assert memory.timing_copies(affine) == memory.timing_copies(relu) == memory.timing_copies(None) == 1
-    assert memory.timing_copies(small) * small.input_bytes <= memory.TIMING_COPIES_BYTES
+    # Timing goes round placements of a small task; a large one is timed at one.
+    assert memory.timing_placements(small) == memory.MAX_PLACEMENTS
+    assert memory.timing_placements(relu) == memory.timing_placements(None) == 1
+    assert memory.timing_placements(affine) == 1  # 768 MiB a placement: over the whole allowance
+    for fp in (small, affine, relu, Footprint(input_bytes=24 << 20, output_bytes=24 << 20, peak_bytes=24 << 20)):
+        n = memory.timing_placements(fp)
+        assert n == 1 or n * memory.pool_bytes(fp.input_bytes + fp.forward_bytes) <= memory.TIMING_PLACEMENTS_BYTES
+    # 24 MiB in, 24 MiB out: 50 MiB a placement, seven of them.
+    assert memory.timing_placements(Footprint(input_bytes=24 << 20, output_bytes=24 << 20, peak_bytes=24 << 20)) == 7
+    assert memory.pool_bytes(4096) == 2 << 20 and memory.pool_bytes(2 << 20) == 20 << 20
+    assert memory.pool_bytes((10 << 20) + 1) == 12 << 20
 
 
 def test_a_task_too_large_for_the_device_is_the_tasks_problem_and_one_crowded_out_is_the_environments():

@@ -20,13 +20,14 @@ from . import meter
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import graph_column
-from ..memory import graph_output_budget, timing_copies
+from ..memory import graph_output_budget, timing_placements
 from .guards import Integrity, audit_ops
 from ..jobs import Job, WorkerReply
 from ..plausibility import bandwidth, implausibility, runtime_floor
 from ..reference import MAX_SIGNATURES, TIMED_SIGNATURES, signature_rounds, signature_set
 from .taskcode import TaskProblem, call_factory, describe, import_file
 from .runs import Runs, hidden_work, hidden_work_refusal, speedup_of
+from .placements import Placements
 from .timing import GRAPH_MAX_OUTPUT_BYTES, Timer
 from .trials import ReferenceChanged, Trials
 
@@ -260,7 +261,7 @@ def signature_columns(settings: EvalSettings, trials: Trials, timer: Timer, cand
         row = SignatureTiming(signature=j, count=entry.count, inputs=entry.inputs)
         if j < TIMED_SIGNATURES:
             inputs = trials.draw(signature_set(j, timing=True))
-            runs, ref_runs = timer.rounds([cand, ref], [inputs], warmup=settings.warmup_runs,
+            runs, ref_runs = timer.rounds([cand, ref], Placements.plain(inputs), warmup=settings.warmup_runs,
                                           rounds=signature_rounds(settings))
             del inputs
             row = row.model_copy(update={"runtime": runs.stream, "reference": ref_runs.stream,
@@ -312,12 +313,12 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     enter(Stage.TIMING)
     timer = trials.timer or Timer(device)
     meter.release(device)  # what the trials left cached goes back before the timing's sets are drawn
-    copies = [trials.draw("timing") for _ in range(timing_copies(trials.meta.footprint))]
-    timing_inputs = copies[0]
+    placements = Placements(lambda: trials.draw("timing"), timing_placements(trials.meta.footprint), device)
+    timing_inputs = placements.first
     overhead_ms = timer.sync_overhead_ms(s.timed_runs)
     # Head to head, in rounds, on the same tensors (the re-check below writes new values into them).
-    runs, ref_runs = timer.rounds([cand, ref], copies, warmup=s.warmup_runs, rounds=s.timed_runs)
-    del copies
+    runs, ref_runs = timer.rounds([cand, ref], placements, warmup=s.warmup_runs, rounds=s.timed_runs)
+    placements.close()
     check_integrity(integrity, "while it was timed")
     runtime, reference = runs.stream, ref_runs.stream
     sync_check = refuse_hidden_work(runs, overhead_ms, device)

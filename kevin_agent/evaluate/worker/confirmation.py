@@ -43,8 +43,9 @@ from .candidate import (RuleBroken, check_trials, compile_failed, device_name, n
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
 from ..jobs import Assignment, Job, WorkerReply
-from ..memory import timing_copies
+from ..memory import timing_placements
 from ..plausibility import implausibility
+from .placements import Placements
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
 from .runs import Runs, ratios
 from .timing import Timer
@@ -191,11 +192,12 @@ class Confirming:
         meter.release(self.device)  # what the trials left cached goes back before the rounds
         # The timing inputs shared by everything timed, as a run worker times its candidate and the
         # reference on them: one copy of a large set (five copies of a 6 GB input would not fit
-        # beside a model holding most of the GPU), a few of a small one to go round. Inputs are
+        # beside a model holding most of the GPU), up to 16 placements of a small one. Inputs are
         # checked unchanged, and each kernel's re-check writes values it has never seen into the
         # first copy, so an answer cached by address still goes stale.
-        copies = [self.trials.draw("timing") for _ in range(timing_copies(self.trials.meta.footprint))]
-        self.timing = copies[0]
+        placements = Placements(lambda: self.trials.draw("timing"), timing_placements(self.trials.meta.footprint),
+                                self.device)
+        self.timing = placements.first
         for kernel in self.kernels:
             if kernel.alive:
                 kernel.timed = Timed(kernel.model, kernel)
@@ -205,25 +207,28 @@ class Confirming:
         self.mark("-")
         overhead_ms = self.timer.sync_overhead_ms(self.s.timed_runs)
         with torch.no_grad():
-            for entry in list(entries):
-                self._run(entry, entries, lambda e=entry: [e.fn(*self.timing) for _ in range(self.s.warmup_runs)])
+            with placements.at(0):
+                for entry in list(entries):
+                    self._run(entry, entries, lambda e=entry: [e.fn(*self.timing) for _ in range(self.s.warmup_runs)])
             self.timer.sync()
             started = time.monotonic()
             rounds = 0
+            # Stopping early only after whole turns of the placements keeps each one's share equal.
+            every = len(placements) * math.ceil(CHECK_EVERY / len(placements))
             while rounds < self.s.confirm_rounds:
-                timing = copies[rounds % len(copies)]  # as Timer.rounds goes round them
-                for entry in list(entries):
-                    self._run(entry, entries, lambda e=entry, a=timing: e.runs.add(self.timer.one(e.fn, a)))
+                with placements.at(rounds) as timing:  # as Timer.rounds goes round them
+                    for entry in list(entries):
+                        self._run(entry, entries, lambda e=entry, a=timing: e.runs.add(self.timer.one(e.fn, a)))
                 rounds += 1
                 live = [k for k in self.kernels if k.alive]
-                if not live or rounds >= MIN_ROUNDS and rounds % CHECK_EVERY == 0 and (
+                if not live or rounds >= MIN_ROUNDS and rounds % every == 0 and (
                         time.monotonic() - started > self.job.budget_s
                         or all(_settled(ratios(reference.stream_ms, k.timed.stream_ms)) for k in live)):
                     break
             # With their launches in the time, beside the rounds' headline (``Timer.launched``).
             for entry in list(entries):
                 self._run(entry, entries, lambda e=entry: setattr(e, "launched", self.timer.launched(e.fn, self.timing)))
-        del copies
+        placements.close()
         changed = self.integrity.changed()
         if changed:
             raise Tainted(f"[no-monkeypatch] while the kernels were timed together, one of them rebound "

@@ -61,6 +61,7 @@ from pathlib import Path
 import torch
 
 from ...results import TimingStats
+from .placements import Placements
 from .runs import Runs, stats
 
 _perf_counter = time.perf_counter
@@ -221,22 +222,24 @@ class Timer:
                 out.add(self.one(fn, args))
         return out
 
-    def rounds(self, fns: Sequence[Callable], copies: Sequence[Sequence], *, warmup: int, rounds: int) -> list[Runs]:
+    def rounds(self, fns: Sequence[Callable], placements: Placements, *, warmup: int, rounds: int) -> list[Runs]:
         """``fns`` timed head to head: each warmed up, then ``rounds`` rounds that time each once, in
         order, on the same inputs (how a turn times its candidate and the reference, and how a
         confirmation times its kernels: whatever drifts between rounds drifts for all of them).
-        Round ``r`` uses ``copies[r % len(copies)]``: copies of one set at other addresses, so that
-        the medians do not ride on where one copy happens to lie (``memory.timing_copies``)."""
+        Round ``r`` is at placement ``r`` (``placements.Placements``: its own copy of the set and,
+        on cuda, its own memory for what the calls allocate), so that the medians do not ride on
+        where one process's buffers happen to lie."""
         out = [Runs([], []) for _ in fns]
         with torch.no_grad():
-            for fn in fns:
-                for _ in range(warmup):
-                    fn(*copies[0])
+            with placements.at(0) as args:
+                for fn in fns:
+                    for _ in range(warmup):
+                        fn(*args)
             self.sync()
             for r in range(rounds):
-                args = copies[r % len(copies)]
-                for fn, runs in zip(fns, out):
-                    runs.add(self.one(fn, args))
+                with placements.at(r) as args:
+                    for fn, runs in zip(fns, out):
+                        runs.add(self.one(fn, args))
         return out
 
     def one(self, fn: Callable, args: Sequence) -> Run:

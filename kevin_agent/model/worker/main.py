@@ -19,6 +19,7 @@ from ...evaluate.worker.correctness import Mismatch, Outcome, compare
 from ...evaluate.worker.main import Parent, finish, start
 from ...evaluate.worker.taskcode import describe, import_file
 from ...evaluate.worker.runs import ratios
+from ...evaluate.worker.placements import Placements
 from ...evaluate.worker.timing import Timer
 from ..jobs import E2ERun, ModelJob, ModelReply
 from ..records import ModelProfile
@@ -135,7 +136,7 @@ def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
         finally:
             module.forward = guard
 
-    plain, installed = Timer(s.device).rounds([without, loaded.model], [loaded.inputs], warmup=s.warmup_runs,
+    plain, installed = Timer(s.device).rounds([without, loaded.model], Placements.plain(loaded.inputs), warmup=s.warmup_runs,
                                               rounds=s.timed_runs)
     run.forward_ms, run.plain_ms = installed.stream.median_ms, plain.stream.median_ms
     run.speedup = statistics.median(ratios(plain.stream_ms, installed.stream_ms))

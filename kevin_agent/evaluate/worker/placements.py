@@ -1,0 +1,70 @@
+"""Placements: the timing's inputs, and everything a timed call allocates, at several addresses.
+
+A call that takes a few microseconds reads a different time depending on where its buffers lie in
+the GPU's memory: on the H200 one fused 2 MiB kernel read 4.5 us in one placement and 4.9-5.2 us in
+another of the same process (docs/gpu-runs.md, run 19). Inside one worker the caching allocator
+hands every call the same blocks, so the rounds of one worker all see one placement, their
+interval is narrow, and five workers read medians up to 9% apart. Going round placements inside
+every worker makes what a worker measures the average over placements instead of the luck of one.
+
+On cuda a placement is a memory pool of its own (``torch.cuda.MemPool``: segments of its own, so
+addresses of its own) holding one copy of the timing set; a round at that placement runs with the
+pool as the allocator's target, so the call's outputs and temporaries come from it as well. On cpu,
+and for a single placement, placements are plain copies on the default allocator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+
+
+class Placements:
+    """``count`` copies of the timing set, each at a placement of its own."""
+
+    def __init__(self, draw: Callable[[], list], count: int, device: str) -> None:
+        pooled = device == "cuda" and count > 1 and hasattr(torch.cuda, "MemPool")
+        self._pools = [torch.cuda.MemPool() if pooled else None for _ in range(max(1, count))]
+        self.copies: list[list] = []
+        for pool in self._pools:
+            with _using(pool):
+                self.copies.append(draw())
+
+    @classmethod
+    def plain(cls, *copies: list) -> Placements:
+        """Sets already made, on the default allocator (a per-signature column, a whole model)."""
+        self = cls.__new__(cls)
+        self.copies, self._pools = list(copies), [None] * len(copies)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.copies)
+
+    @property
+    def first(self) -> list:
+        """The copy that the warm-up, the launched column and the re-check use."""
+        return self.copies[0]
+
+    @contextlib.contextmanager
+    def at(self, index: int) -> Iterator[list]:
+        """Placement ``index`` (modulo their number): its copy, with what is allocated inside the
+        block coming from its pool."""
+        i = index % len(self.copies)
+        with _using(self._pools[i]):
+            yield self.copies[i]
+
+    def close(self) -> None:
+        """Gives the copies and the pools back (a pool's segments are freed once it is unused)."""
+        self.copies.clear()
+        self._pools.clear()
+
+
+@contextlib.contextmanager
+def _using(pool) -> Iterator[None]:
+    if pool is None:
+        yield
+        return
+    with torch.cuda.use_mem_pool(pool):
+        yield
