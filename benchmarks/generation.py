@@ -428,6 +428,15 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def try_eager(code: int | str, results: list[dict[str, Any]], names: list[str]) -> bool:
+    """After a configuration failed: whether to try the engine in this process without
+    torch.compile and CUDA graphs (the setting that ran before), which tells whether those are what
+    failed. Only when nothing has run yet, and never after a deadline's kill (that is no failure of
+    the engine; the configuration was just too slow for the time left)."""
+    ran = any("error" not in r and "skipped" not in r for r in results)
+    return code != "timeout" and not ran and "eager" not in names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default=None, help=f"comma-separated, from: {', '.join(CONFIGS)}")
@@ -529,9 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                 tail = log.read().splitlines()[-60:]
             results.append({"config": name, "error": f"exit {code} after {elapsed:.0f} s", "log_tail": tail})
             print(f"[{name}] FAILED (exit {code} after {elapsed:.0f} s); log tail:\n  " + "\n  ".join(tail), flush=True)
-            if not any("error" not in r and "skipped" not in r for r in results) and "eager" not in names:
-                # Nothing has run yet: the engine in this process without torch.compile and CUDA
-                # graphs (the setting that ran before) tells whether those are what failed.
+            if try_eager(code, results, names):
                 names.append("eager")
                 queue.insert(0, "eager")
         wait_for_free_gpus()

@@ -78,3 +78,13 @@ def test_a_model_larger_than_the_share_fits_nothing():
     assert (estimate.kv_bytes_per_gpu, estimate.tokens, estimate.sequences) == (0, 0, 0)
 
 
+
+
+def test_a_configuration_the_deadline_killed_is_not_retried_without_cuda_graphs():
+    try_eager = _generation_benchmark().try_eager
+    failed = [{"config": "fp8", "error": "exit 1 after 40 s"}]
+    assert try_eager(1, failed, ["fp8"])  # nothing ran: is it torch.compile or CUDA graphs?
+    # Killed at the deadline (run 23 on the H200 then queued eager with no time left).
+    assert not try_eager("timeout", [{"config": "fp8-ngram", "error": "exit timeout after 243 s"}], ["fp8-ngram"])
+    assert not try_eager(1, [{"config": "bf16", "startup_s": 77.0}, *failed], ["bf16", "fp8"])  # one ran
+    assert not try_eager(1, failed, ["fp8", "eager"])  # tried already
