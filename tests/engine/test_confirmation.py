@@ -21,7 +21,7 @@ from kevin_agent.config import RunConfig
 from kevin_agent.engine.confirmation import candidates, confirmation_key, current, winner
 from kevin_agent.delivery import plan_delivery
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
-from kevin_agent.evaluate.worker.confirmation import MIN_ROUNDS, median_interval
+from kevin_agent.evaluate.worker.confirmation import MIN_ROUNDS, may_stop, median_interval
 from kevin_agent.formatting import confirmed_line
 from kevin_agent.delivery.kernel_module import render_kernel_module
 from kevin_agent.run.launch import start_run
@@ -85,6 +85,15 @@ def test_median_interval_is_the_order_statistics_interval():
     assert median_interval(list(range(1, 101))) == (40, 61)
     assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few for 95%: the range
     assert median_interval([5.0] * 30) == (5.0, 5.0)
+
+
+def test_the_rounds_stop_only_at_whole_turns_of_the_placements_and_after_several():
+    # Sixteen placements: four turns (64 rounds) at least, then every turn.
+    assert [r for r in range(1, 130) if may_stop(r, 16)] == [64, 80, 96, 112, 128]
+    # One placement (a large task): from 20 rounds on, every 10.
+    assert [r for r in range(1, 45) if may_stop(r, 1)] == [20, 30, 40]
+    # Seven: whole turns at least 10 rounds apart (14), from four turns (28) on.
+    assert [r for r in range(1, 60) if may_stop(r, 7)] == [28, 42, 56]
 
 
 def test_a_kernel_that_knows_the_runs_inputs_is_dropped_and_the_others_are_confirmed(evaluator):

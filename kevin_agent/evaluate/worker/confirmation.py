@@ -14,7 +14,7 @@ timed head to head with the reference (docs/evaluation.md, "Confirmation").
    over its own; its confirmed speedup is the median of its ratios, with a 95% interval for
    that median from order statistics (``median_interval``). The rounds stop once every kernel's
    interval lies within ``PRECISION`` of its median (checked every ``CHECK_EVERY`` rounds from
-   ``MIN_ROUNDS`` on), at ``confirm_rounds``, or once they have taken ``Job.budget_s``.
+   ``MIN_ROUNDS`` on, ``may_stop``), at ``confirm_rounds``, or once they have taken ``Job.budget_s``.
 4. After timing, each kernel again: the rule for work hidden off the stream, applied to its
    rounds; the re-check after timing (``candidate.recheck``); the physical floor on its median.
 
@@ -52,6 +52,10 @@ from .timing import Timer
 from .trials import ReferenceChanged, Trials, read_meta
 
 MIN_ROUNDS = 20
+MIN_TURNS = 4
+"""The rounds go on for at least this many turns of the timing's placements as well: where one
+placement reads 10% apart from another, a worker's median resting on two rounds at each moved
+by 3% between workers (docs/gpu-runs.md, run 20)."""
 CHECK_EVERY = 10
 PRECISION = 0.01
 """The rounds may stop once every kernel's 95% interval is within this share of its median."""
@@ -72,6 +76,14 @@ def median_interval(values, level: float = LEVEL) -> tuple[float, float]:
             break
         cut = j
     return s[cut], s[n - 1 - cut]
+
+
+def may_stop(rounds: int, placements: int) -> bool:
+    """Whether the rounds may stop after ``rounds`` (if every interval is narrow enough): from
+    ``MIN_ROUNDS`` and ``MIN_TURNS`` turns of the placements on, at whole turns of them at least
+    ``CHECK_EVERY`` rounds apart, so that every placement has the same share of the rounds."""
+    every = placements * math.ceil(CHECK_EVERY / placements)
+    return rounds >= max(MIN_ROUNDS, MIN_TURNS * placements) and rounds % every == 0
 
 
 def _settled(ratios: list[float]) -> bool:
@@ -213,15 +225,13 @@ class Confirming:
             self.timer.sync()
             started = time.monotonic()
             rounds = 0
-            # Stopping early only after whole turns of the placements keeps each one's share equal.
-            every = len(placements) * math.ceil(CHECK_EVERY / len(placements))
             while rounds < self.s.confirm_rounds:
                 with placements.at(rounds) as timing:  # as Timer.rounds goes round them
                     for entry in list(entries):
                         self._run(entry, entries, lambda e=entry, a=timing: e.runs.add(self.timer.one(e.fn, a)))
                 rounds += 1
                 live = [k for k in self.kernels if k.alive]
-                if not live or rounds >= MIN_ROUNDS and rounds % every == 0 and (
+                if not live or may_stop(rounds, len(placements)) and (
                         time.monotonic() - started > self.job.budget_s
                         or all(_settled(ratios(reference.stream_ms, k.timed.stream_ms)) for k in live)):
                     break
