@@ -111,6 +111,12 @@ def main() -> int:
     if a.child:
         print(json.dumps(child(a.child, a.pools, a.rounds)))
         return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("placement.py measures where a GPU's memory lies: it needs a CUDA GPU (this machine has none)",
+              file=sys.stderr)
+        return 2
     results = {}
     for task in a.tasks.split(","):
         name = Path(task).stem
