@@ -124,11 +124,13 @@ def default_trajectories(sequences_that_fit: int | None) -> int:
 
 
 def sequences_with_fp8_weights(shape: ModelShape, sequences_that_fit: int, *, context_tokens: int,
-                               kv_cache_dtype: KvCacheDtype, tensor_parallel_size: int = 1) -> int:
+                               kv_cache_dtype: KvCacheDtype) -> int:
     """The engine's own measure of full-context sequences, moved to fp8 weights by the arithmetic:
-    what quantizing the projections frees (one byte a weight of two) goes to the KV cache."""
-    freed = (shape.weight_bytes("none") - shape.weight_bytes("fp8")) // tensor_parallel_size
-    per_sequence = shape.kv_bytes_per_token(kv_cache_dtype) / tensor_parallel_size * context_tokens
+    what quantizing the projections frees (one byte a weight of two) goes to the KV cache. Over
+    several GPUs each frees its share of the weights and holds its share of every sequence, so the
+    number is the same for any tensor-parallel size."""
+    freed = shape.weight_bytes("none") - shape.weight_bytes("fp8")
+    per_sequence = shape.kv_bytes_per_token(kv_cache_dtype) * context_tokens
     return sequences_that_fit + int(freed // per_sequence)
 
 

@@ -150,11 +150,8 @@ def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
     trajectories = default_trajectories(fit) if chosen else config.trajectories
     with_fp8 = None
     if fit is not None and config.quantization != "fp8" and (shape := model_shape(config.model)) is not None:
-        # The engine's own layout: --tensor-parallel-size left to kevin-opt is None in the config.
-        plan = getattr(backend, "plan", None)
-        tp = plan.tensor_parallel_size if plan is not None else config.tensor_parallel_size or 1
         with_fp8 = sequences_with_fp8_weights(shape, fit, context_tokens=config.context_tokens,
-                                              kv_cache_dtype=config.kv_cache_dtype, tensor_parallel_size=tp)
+                                              kv_cache_dtype=config.kv_cache_dtype)
     note = trajectories_note(trajectories, config.turns, sequences_that_fit=fit,
                              context_tokens=config.context_tokens, chosen=chosen,
                              room=room_flags(config.kv_cache_dtype, config.quantization), with_fp8_weights=with_fp8)

@@ -161,23 +161,22 @@ def test_the_first_line_names_the_weights_and_kv_cache_the_engine_serves_with():
     from types import SimpleNamespace
 
     from kevin_agent.config import RunConfig
-    from kevin_agent.gpus import GpuPlan
     from kevin_agent.run.launch import _settle_trajectories
 
     # kevin-opt's defaults on one H200: bf16 weights, fp8 KV cache, --tensor-parallel-size left to
     # kevin-opt (None in the config; it once reached the arithmetic as None and the launch failed).
     # The engine measured 12.21 sequences of 32K, fp8 weights 19.21 (runs 22-23).
-    one_gpu = GpuPlan(model_gpus=[0], eval_gpu=0, overlaps=False)
-    config, note = _settle_trajectories(RunConfig(backend="vllm"), SimpleNamespace(sequences_that_fit=12, plan=one_gpu))
+    config, note = _settle_trajectories(RunConfig(backend="vllm"), SimpleNamespace(sequences_that_fit=12))
     assert config.trajectories == 12
     assert note == ("bf16 weights, fp8 KV cache; the paper: 16 x 8; the KV cache holds 12 sequences of 32768 tokens: "
                     "16 trajectories at 32K need --quantization fp8 on this GPU (about 19 fit with fp8 weights)")
     config, note = _settle_trajectories(RunConfig(backend="vllm", quantization="fp8"),
-                                        SimpleNamespace(sequences_that_fit=19, plan=one_gpu))
+                                        SimpleNamespace(sequences_that_fit=19))
     assert config.trajectories == 16 and note.startswith("fp8 weights, fp8 KV cache; ")
     assert "need --quantization" not in note
-    # A backend that knows its capacity but not its layout: one GPU.
-    _, note = _settle_trajectories(RunConfig(backend="vllm"), SimpleNamespace(sequences_that_fit=12))
+    # Over two GPUs each frees half and holds half of every sequence: the same number.
+    _, note = _settle_trajectories(RunConfig(backend="vllm", tensor_parallel_size=2),
+                                   SimpleNamespace(sequences_that_fit=12))
     assert note.endswith("(about 19 fit with fp8 weights)")
 
 
