@@ -91,7 +91,7 @@ def main() -> int:
         cases[f"{name}, one timer reused, lead 0.2 ms"] = each(lambda: shared, time_one(fn, 0.2))
 
     def rounds(timer) -> float:
-        k, r = timer.rounds([fused, eager], Placements.plain(inputs), warmup=10, rounds=args.runs)
+        k, r = timer.rounds([fused, eager], Placements([inputs]), warmup=10, rounds=args.runs)
         return runs.speedup_of(r, k)
     speedups = each(new, rounds)
 

@@ -171,7 +171,7 @@ def test_placements_give_each_round_its_own_memory_for_the_calls_too():
     torch, timer = _cuda_timer()
     from kevin_agent.evaluate.worker.placements import Placements
 
-    places = Placements(lambda: [torch.randn(1 << 19, device="cuda")], 4, "cuda")
+    places = Placements.drawn(lambda: [torch.randn(1 << 19, device="cuda")], 4, "cuda")
     inputs, outputs = [], []
     for r in range(8):
         with places.at(r) as (x,):

@@ -98,7 +98,7 @@ def test_a_speedup_is_the_median_of_the_rounds_ratios_and_rounds_interleave():
     assert speedup_of(Runs([10.0, 10.0, 30.0], [0, 0, 0]), Runs([1.0, 5.0, 3.0], [0, 0, 0])) == 10.0
     order = []
     timer = Timer("cpu")
-    first, second = timer.rounds([lambda: order.append("a"), lambda: order.append("b")], Placements.plain([]), warmup=1, rounds=3)
+    first, second = timer.rounds([lambda: order.append("a"), lambda: order.append("b")], Placements([[]]), warmup=1, rounds=3)
     assert order == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-up of each, then a, b per round
     assert len(first.stream_ms) == len(second.stream_ms) == 3
 
@@ -259,11 +259,11 @@ def test_rounds_go_round_the_placements_and_a_single_set_is_one_placement():
     from kevin_agent.evaluate.worker.placements import Placements
 
     drawn = iter(range(100))
-    places = Placements(lambda: [next(drawn)], 3, "cpu")
+    places = Placements.drawn(lambda: [next(drawn)], 3, "cpu")
     assert len(places) == 3 and places.first == [0]
     seen = []
     Timer("cpu").rounds([seen.append], places, warmup=1, rounds=7)
     assert seen == [0, 0, 1, 2, 0, 1, 2, 0]  # the warm-up at the first, then round r at r mod 3
-    assert len(Placements.plain([5])) == 1
+    assert len(Placements([[5]])) == 1
     places.close()
     assert len(places) == 0

@@ -261,7 +261,7 @@ def signature_columns(settings: EvalSettings, trials: Trials, timer: Timer, cand
         row = SignatureTiming(signature=j, count=entry.count, inputs=entry.inputs)
         if j < TIMED_SIGNATURES:
             inputs = trials.draw(signature_set(j, timing=True))
-            runs, ref_runs = timer.rounds([cand, ref], Placements.plain(inputs), warmup=settings.warmup_runs,
+            runs, ref_runs = timer.rounds([cand, ref], Placements([inputs]), warmup=settings.warmup_runs,
                                           rounds=signature_rounds(settings))
             del inputs
             row = row.model_copy(update={"runtime": runs.stream, "reference": ref_runs.stream,
@@ -313,7 +313,7 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     enter(Stage.TIMING)
     timer = trials.timer or Timer(device)
     meter.release(device)  # what the trials left cached goes back before the timing's sets are drawn
-    placements = Placements(lambda: trials.draw("timing"), timing_placements(trials.meta.footprint), device)
+    placements = Placements.drawn(lambda: trials.draw("timing"), timing_placements(trials.meta.footprint), device)
     timing_inputs = placements.first
     overhead_ms = timer.sync_overhead_ms(s.timed_runs)
     # Head to head, in rounds, on the same tensors (the re-check below writes new values into them).

@@ -207,7 +207,7 @@ class Confirming:
         # beside a model holding most of the GPU), up to 16 placements of a small one. Inputs are
         # checked unchanged, and each kernel's re-check writes values it has never seen into the
         # first copy, so an answer cached by address still goes stale.
-        placements = Placements(lambda: self.trials.draw("timing"), timing_placements(self.trials.meta.footprint),
+        placements = Placements.drawn(lambda: self.trials.draw("timing"), timing_placements(self.trials.meta.footprint),
                                 self.device)
         self.timing = placements.first
         for kernel in self.kernels:

@@ -22,22 +22,23 @@ import torch
 
 
 class Placements:
-    """``count`` copies of the timing set, each at a placement of its own."""
+    """Copies of the timing set, each at a placement of its own: ``pools[i]`` (None: the default
+    allocator) holds ``copies[i]`` and what the calls at it allocate."""
 
-    def __init__(self, draw: Callable[[], list], count: int, device: str) -> None:
-        pooled = device == "cuda" and count > 1 and hasattr(torch.cuda, "MemPool")
-        self._pools = [torch.cuda.MemPool() if pooled else None for _ in range(max(1, count))]
-        self.copies: list[list] = []
-        for pool in self._pools:
-            with _using(pool):
-                self.copies.append(draw())
+    def __init__(self, copies: list[list], pools: list | None = None) -> None:
+        self.copies = copies
+        self._pools = pools if pools is not None else [None] * len(copies)
 
     @classmethod
-    def plain(cls, *copies: list) -> Placements:
-        """Sets already made, on the default allocator (a per-signature column, a whole model)."""
-        self = cls.__new__(cls)
-        self.copies, self._pools = list(copies), [None] * len(copies)
-        return self
+    def drawn(cls, draw: Callable[[], list], count: int, device: str) -> Placements:
+        """``count`` sets from ``draw``, each drawn into its own pool (cuda, more than one)."""
+        pooled = device == "cuda" and count > 1 and hasattr(torch.cuda, "MemPool")
+        pools = [torch.cuda.MemPool() if pooled else None for _ in range(max(1, count))]
+        copies = []
+        for pool in pools:
+            with _using(pool):
+                copies.append(draw())
+        return cls(copies, pools)
 
     def __len__(self) -> int:
         return len(self.copies)

@@ -136,7 +136,7 @@ def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
         finally:
             module.forward = guard
 
-    plain, installed = Timer(s.device).rounds([without, loaded.model], Placements.plain(loaded.inputs), warmup=s.warmup_runs,
+    plain, installed = Timer(s.device).rounds([without, loaded.model], Placements([loaded.inputs]), warmup=s.warmup_runs,
                                               rounds=s.timed_runs)
     run.forward_ms, run.plain_ms = installed.stream.median_ms, plain.stream.median_ms
     run.speedup = statistics.median(ratios(plain.stream_ms, installed.stream_ms))
