@@ -15,6 +15,7 @@ start, so the parent knows where a crash or a hang happened.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -203,6 +204,14 @@ def profiled(job: Job, work: Callable[[], WorkerReply]) -> WorkerReply:
     import io
     import pstats
 
+    # cuda: the allocator's history too (Python frames only: C++ stacks cost milliseconds an
+    # allocation), for finding what is live at the evaluation's peak (benchmarks/stages.py).
+    history = job.settings.device == "cuda"
+    if history:
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
+        except Exception:  # a profile must never fail the job
+            history = False
     profile = cProfile.Profile()
     try:
         return profile.runcall(work)
@@ -210,6 +219,9 @@ def profiled(job: Job, work: Callable[[], WorkerReply]) -> WorkerReply:
         folder.mkdir(parents=True, exist_ok=True)
         stem = folder / f"{job.mode}-{os.getpid()}"
         profile.dump_stats(f"{stem}.prof")
+        if history:
+            with contextlib.suppress(Exception):  # a profile must never fail the job
+                torch.cuda.memory._dump_snapshot(f"{stem}.memory.pickle")
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
         Path(f"{stem}.txt").write_text(text.getvalue(), encoding="utf-8")
