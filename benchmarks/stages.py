@@ -6,12 +6,12 @@ For each task and candidate: an evaluator in this process with worker profiles
 run's first candidate (a cold build unless the cache has it, a worker that was made after the
 probe) and then again (a cached build, a worker that waited for it). Printed side by side: the
 probe, each stage of both evaluations, the device time, the peak against the task's footprint and
-the evaluation's plan. On cuda each worker also records the allocator's history; the table under
-it names what was live when the worker's reservation peaked, by the line of the project, the task
-or the candidate that allocated it.
+the evaluation's plan. With ``--memory-history`` (cuda) each worker also records the allocator's
+history, and the tables under it name what was live (and what was cached) when the worker's
+reservation peaked, by the line of the project, the task or the candidate that allocated it.
 
 Usage: benchmarks/stages.py [--device cuda|cpu] [--case TASK:CANDIDATE ...] [--no-compare-compile]
-                            [--out DIR]
+                            [--memory-history] [--out DIR]
 Cases default to the 6 GiB ReLU of benchmarks/tasks on cuda and examples/rmsnorm.py with its last
 scripted kernel on cpu; ``turn`` names the turn benchmark's 8192 x 8192 affine task (1024 x 1024 on
 cpu) with its first correct candidate. Progress goes to stderr and ``DIR/stages.json`` as it goes.
@@ -116,12 +116,28 @@ def peak_of(pickle_path: Path, roots: tuple[str, ...]) -> dict:
             "live_by_line": _by_line(at_peak[0]), "cached_by_line": _by_line(at_peak[1])}
 
 
+def ninja_steps(cache: Path, since: float) -> list[dict]:
+    """Each step of the builds written since ``since`` (ninja's own log: start and end in ms)."""
+    steps = []
+    for log in cache.rglob(".ninja_log"):
+        if log.stat().st_mtime < since:
+            continue
+        for line in log.read_text(errors="replace").splitlines()[1:]:
+            parts = line.split("\t")
+            if len(parts) >= 4:
+                steps.append({"build": log.parent.parent.name, "target": parts[3],
+                              "start_s": int(parts[0]) / 1000, "end_s": int(parts[1]) / 1000})
+    return steps
+
+
 def evaluate_case(label: str, task: Path, source: str, device: str, cache: Path, work: Path,
-                  compare_compile: bool) -> dict:
+                  compare_compile: bool, memory_history: bool) -> dict:
     profiles = work / "profiles" / label.replace(" ", "_")
-    settings = EvalSettings(device=device, cache_dir=cache, profile_dir=profiles, compare_compile=compare_compile)
+    settings = EvalSettings(device=device, cache_dir=cache, profile_dir=profiles, compare_compile=compare_compile,
+                            profile_memory=memory_history)
     ev = LocalEvaluator(load_task(task), settings)
     row: dict = {"case": label}
+    started = time.time()
     try:
         start = time.monotonic()
         ev.probe()
@@ -139,6 +155,7 @@ def evaluate_case(label: str, task: Path, source: str, device: str, cache: Path,
             note(f"{label}: {which} {result.status.value} in {row[which]['wall_s']:.1f} s, stages {row[which]['stage_s']}")
     finally:
         ev.close()
+    row["ninja"] = ninja_steps(cache, since=started)
     roots = ("kevin_agent/", str(task), "candidate.py")
     row["memory_peaks"] = [peak_of(p, roots) for p in sorted(profiles.glob("*.memory.pickle"))]
     return row
@@ -165,6 +182,9 @@ def table(rows: list[dict]) -> str:
                          + " | ".join(fmt(st.get(s)) for s in STAGES)
                          + f" | {fmt(ev['device_s'])} | {fmt(ratio)} | {fmt(plan)} |")
     for row in rows:
+        for step in row.get("ninja", []):
+            lines.append(f"{row['case']}: build step {step['target']} {step['start_s']:.1f}-{step['end_s']:.1f} s")
+    for row in rows:
         for peak in row.get("memory_peaks", []):
             lines.append(f"\n{row['case']}, worker {peak['worker']}: reservation peaked at "
                          f"{peak['peak_reserved_gib']:.2f} GiB, {peak['live_at_peak_gib']:.2f} GiB live then:")
@@ -181,6 +201,9 @@ def main() -> int:
     ap.add_argument("--case", action="append", default=None,
                     help="TASK:CANDIDATE (files), 'turn' or 'example'; repeatable")
     ap.add_argument("--no-compare-compile", action="store_true")
+    ap.add_argument("--memory-history", action="store_true",
+                    help="cuda: record the workers' allocator history and name what was live at each peak "
+                         "(slows every allocation: the stage times are then not the evaluation's own)")
     ap.add_argument("--out", type=Path, default=None, help="folder for stages.json and the profiles")
     args = ap.parse_args()
     device = args.device or detect_device()
@@ -196,7 +219,8 @@ def main() -> int:
     for case in cases:
         label, task, source = resolve_case(case, device, work)
         try:
-            rows.append(evaluate_case(label, task, source, device, cache, work, not args.no_compare_compile))
+            rows.append(evaluate_case(label, task, source, device, cache, work, not args.no_compare_compile,
+                                     args.memory_history))
         except Exception as exc:  # one failed case must not hide the others
             rows.append({"case": label, "error": f"{type(exc).__name__}: {exc}"[:500]})
             note(f"{label}: {rows[-1]['error']}")

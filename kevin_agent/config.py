@@ -145,6 +145,10 @@ class EvalSettings(EvalOptions):
     profile_dir: Path | None = None
     """Where each worker writes a profile of its job (cProfile: ``<mode>-<pid>.prof`` and the top of
     it as text), for finding where an evaluation's time goes (the benchmarks set it; None: no profile)."""
+    profile_memory: bool = False
+    """With ``profile_dir`` on cuda: each worker also records its allocator's history
+    (``<mode>-<pid>.memory.pickle``, read by ``benchmarks/stages.py``); it slows every allocation,
+    so the stage times of such a run are not the evaluation's own."""
     warmup_runs: int = Field(None, ge=0, validate_default=False)  # type: ignore[assignment]
     timed_runs: int = Field(None, ge=1, validate_default=False)  # type: ignore[assignment]
     compare_compile: bool = Field(None, validate_default=False)  # type: ignore[assignment]

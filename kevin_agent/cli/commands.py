@@ -119,6 +119,14 @@ def read_candidate(path: Path) -> str:
         return parsed.code or text
 
 
+def probe_and_evaluate(evaluator, task, source: str):
+    """Probe the task and evaluate ``source``: submitted first, so that its build goes on while the
+    probe makes the reference data (a cold build and a large task's probe take seconds each)."""
+    future = evaluator.submit(source)
+    task.probe = evaluator.probe()
+    return future.result()
+
+
 def cmd_check(args, registry: Registry) -> int:
     from ..results import Status
     from ..run.launch import resolve_device
@@ -133,8 +141,7 @@ def cmd_check(args, registry: Registry) -> int:
     if check.passed:
         evaluator = registry.make_evaluator(task, config.eval_settings(device))
         try:
-            task.probe = evaluator.probe()
-            result = evaluator.evaluate([source])[0]
+            result = probe_and_evaluate(evaluator, task, source)
         finally:
             evaluator.close()
     status = result.status if result else Status.CHECK_FAILED

@@ -3,6 +3,7 @@ device gate, stage times, time limits, warm workers, the reference cache, abort 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ..clihelp import REPO
 from ..evalfixtures import TASK_SOURCE, eval_root, runtime_source, scale_task, write_task  # noqa: F401  (fixtures)
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
 from kevin_agent.evaluate.parent.gate import DeviceGate, GaveUp
@@ -433,3 +435,62 @@ def test_a_kernel_is_verified_at_every_input_signature_the_task_names_and_its_sp
     # Right at the headline's 128 rows, wrong at the model's other shapes: not verified.
     assert wrong_elsewhere.status is Status.INCORRECT
     assert "at input signature 1 of 4 (float32[16, 512], 8 calls per forward)" in wrong_elsewhere.error
+
+
+def test_a_worker_getting_ready_on_a_shared_device_waits_for_a_timing_only_once_it_asks_for_the_device(tmp_path):
+    """cuda's warm workers share the device while they get ready, but their imports (seconds of
+    host work) come first and hold no timing back: a replacement started beside a candidate used
+    to delay that candidate's timing by the length of its imports."""
+    from kevin_agent.evaluate.parent.pool import Limit, WorkerProcess, WorkerSet, scrubbed_env
+    from kevin_agent.evaluate.parent.warm import WarmPool
+
+    from .stand_in_worker import StandInJob
+
+    class StandIn(WorkerProcess):
+        ENTRY = "tests.evaluate.stand_in_worker"
+        JOB = StandInJob
+
+    marks = tmp_path / "marks"
+    env = scrubbed_env({"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    gate = DeviceGate(tmp_path / "lock")
+    pool = WarmPool(lambda: StandIn({"marks": str(marks), "imports_s": 0.5}, env=env, root=tmp_path), size=1,
+                    gate=gate, give_up=lambda: False, prep_limit=Limit(60, "test"), registry=WorkerSet(),
+                    share_device=True)
+
+    def marked() -> dict[str, float]:
+        if not marks.exists():
+            return {}
+        return {w: float(t) for w, t in (line.split() for line in marks.read_text().splitlines())}
+    try:
+        with gate.exclusive():  # a timing runs
+            pool.open()
+            _wait_for(lambda: "asks" in marked(), timeout=30)  # it started and did its imports meanwhile
+            time.sleep(0.5)
+            assert "device" not in marked() and pool.ready_count() == 0
+            released = time.monotonic()
+        _wait_for(lambda: pool.ready_count() == 1, timeout=30)
+        assert marked()["device"] >= released
+    finally:
+        pool.close()
+
+
+def test_check_builds_its_candidate_while_the_probe_makes_the_reference_data(tmp_path):
+    """`kevin-opt check` submits its candidate before it probes: the build (the compile worker
+    imports the candidate) goes on while the probe draws the sets, instead of after it."""
+    from kevin_agent.cli.commands import probe_and_evaluate
+
+    marks = tmp_path / "marks"
+    slow = TASK_SOURCE.replace("def get_inputs():\n", "def get_inputs():\n    import time\n    time.sleep(0.3)\n")
+    task = load_task(write_task(tmp_path / "task", slow))
+    candidate = (f"import time\nopen({str(marks)!r}, 'a').write(f'imported {{time.time()}}\\n')\n"
+                 + runtime_source("honest_python"))
+    evaluator = LocalEvaluator(task, _settings(tmp_path))
+    try:
+        result = probe_and_evaluate(evaluator, task, candidate)
+    finally:
+        evaluator.close()
+    assert result.status is Status.CORRECT, result.error
+    assert task.probe is not None
+    (meta,) = (tmp_path / "b" / "reference").glob("*/meta.json")  # written last by the probe
+    first_import = min(float(line.split()[1]) for line in marks.read_text().splitlines())
+    assert first_import < meta.stat().st_mtime

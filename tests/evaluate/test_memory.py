@@ -17,7 +17,7 @@ from kevin_agent.evaluate.memory import GiB, Footprint
 from kevin_agent.evaluate.worker.taskcode import TaskProblem, call_factory
 from kevin_agent.task import load_task
 
-from ..clihelp import kevin
+from ..clihelp import REPO, kevin
 from ..evalfixtures import TASK_SOURCE, runtime_source, write_task
 
 H200 = 139 * GiB
@@ -185,3 +185,112 @@ def test_inputs_too_large_to_store_are_drawn_per_set_and_answers_computed_again_
     held = confirmation.memory
     print(f"confirmation peak {held.peak_reserved_bytes / 2**20:.0f} MiB")
     assert fp.input_bytes < held.peak_reserved_bytes <= held.planned_bytes + 5 * fp.input_bytes
+
+
+_COMPARE_SCRIPT = """
+import torch
+from kevin_agent.evaluate.worker import correctness, meter
+correctness.COMPARE_CHUNK["cpu"] = 1 << 20  # 4 MiB pieces of float32
+got = torch.rand(64 << 20)  # 256 MiB
+want = got.clone()
+want[12345] += 1.0
+outcome = correctness.Outcome()
+meter.start("cpu")
+base = meter._resident()[0]
+try:
+    correctness.compare(got, want, 1e-4, 1e-4, outcome)
+except correctness.Mismatch as exc:
+    print("mismatch:", exc)
+print("rise", meter._resident()[1] - base, "max_abs", outcome.max_abs_err)
+"""
+
+
+def test_comparing_a_large_output_holds_one_piece_at_a_time():
+    import os
+    import subprocess
+    import sys
+
+    # A fixed mmap threshold: each piece's temporaries go back to the system when freed, so the
+    # high-water mark is what was live at once (glibc's moving threshold would keep freed pieces
+    # on its heap and hide the difference).
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", _COMPARE_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "1 of 67108864 elements differ" in out.stdout
+    words = out.stdout.split()
+    rise, max_abs = int(words[words.index("rise") + 1]), float(words[words.index("max_abs") + 1])
+    print(f"compare of 256 MiB in 4 MiB pieces: resident memory rose {rise / 2**20:.0f} MiB")
+    # A handful of pieces' temporaries; keeping a view of each piece's differences (the largest
+    # error's, as it once did) kept the whole output's worth of them (279 MiB against 39 MiB).
+    assert rise < 128 << 20
+    assert max_abs == pytest.approx(1.0, abs=1e-6)
+
+
+def test_rescaled_inputs_are_scaled_in_place_only_where_nothing_else_can_see_them():
+    from kevin_agent.evaluate.worker.taskcode import _rescale
+
+    drawn = [torch.rand(1000), torch.arange(3)]
+    alone, ints = drawn[0].data_ptr(), drawn[1].clone()
+    expected = drawn[0].clone() * 0.37
+    _rescale(drawn, 0.37)
+    assert drawn[0].data_ptr() == alone and torch.equal(drawn[0], expected)  # in place, bitwise a copy's
+    assert torch.equal(drawn[1], ints)  # integers are left as they are
+    kept = [torch.rand(8)]  # a task that keeps its inputs (a module-level list)
+    before = kept[0].clone()
+    drawn = list(kept)
+    _rescale(drawn, 2.0)
+    assert torch.equal(kept[0], before) and torch.equal(drawn[0], before * 2.0)
+    base = torch.rand(8)
+    whole = base.clone()
+    twice = torch.rand(4)
+    drawn = [base[:4], twice, twice]
+    del twice
+    _rescale(drawn, 3.0)
+    assert torch.equal(base, whole)  # a view's base is not scaled
+    assert torch.equal(drawn[1], drawn[2]) and drawn[1].data_ptr() != drawn[2].data_ptr()  # once each
+
+
+def test_the_recheck_lets_go_of_the_timed_inputs_before_its_ordinary_trial(tmp_path):
+    import weakref
+
+    from kevin_agent.evaluate.worker.candidate import recheck
+    from kevin_agent.evaluate.worker.correctness import Outcome
+    from kevin_agent.evaluate.worker.fingerprint import digests
+
+    drawn: list[weakref.ref] = []
+
+    class Sets:  # the reference data, as the re-check uses it
+        @staticmethod
+        def values(name):
+            return [torch.full((1 << 16,), 2.0 if name == "recheck" else 3.0)]
+
+        def draw(self, name):
+            values = self.values(name)
+            drawn.append(weakref.ref(values[0]))
+            return values
+
+        def digests(self, name):
+            return digests(self.values(name))
+
+        def expected(self, name, inputs):
+            return inputs[0] * 2
+
+        def poison_bytes(self):
+            return 0
+
+    timed = [torch.zeros(1 << 16)]
+    timed_ref = weakref.ref(timed[0])
+    alive_at_call: list[tuple[bool, ...]] = []
+
+    def cand(x):
+        alive_at_call.append(tuple(r() is not None for r in [timed_ref, *drawn]))
+        return x * 2
+
+    settings = EvalSettings(device="cpu", cache_dir=tmp_path)
+    moved = recheck(settings, Sets(), cand, timed, Outcome())
+    assert moved == 2 * (1 << 16) * 4 and timed == []
+    # Call 1 runs on the timed tensor (the first draw written into it, then let go of); calls 2 and
+    # 3 are the ordinary trial's, with nothing of the timed set left.
+    assert alive_at_call[0] == (True, False)
+    assert alive_at_call[1][:2] == (False, False) and alive_at_call[2][:2] == (False, False)

@@ -145,7 +145,15 @@ class LocalEvaluator:
     # --- probe ---------------------------------------------------------------------------
     def probe(self) -> TaskProbe:
         """Build the task once in a worker and make (or find) its reference data; raise
-        TaskError / EnvironmentUnavailable if it can't. Workers start getting ready after it."""
+        TaskError / EnvironmentUnavailable if it can't. Workers start getting ready after it.
+        Once per evaluator: a call while it runs (a candidate submitted before it, whose build
+        went on beside it) waits for it and returns what it found."""
+        with self._probe_lock:
+            if self.reference is not None and self.task.probe is not None:
+                return self.task.probe
+            return self._probe()
+
+    def _probe(self) -> TaskProbe:
         if self.device == "cuda" and detect_device() != "cuda":
             raise EnvironmentUnavailable("the cuda device was asked for but no NVIDIA GPU is visible",
                                          hint="run on a machine with a GPU, or pass --device cpu")
@@ -193,9 +201,7 @@ class LocalEvaluator:
         return reply.probe
 
     def ensure_probed(self) -> None:
-        with self._probe_lock:
-            if self.reference is None:
-                self.probe()
+        self.probe()
 
     def versions(self) -> dict[str, str]:
         return {**cache.toolchain(self.device), **self._worker_versions}

@@ -12,8 +12,11 @@ the GPU has room for another (each holds a CUDA context, about 500 MB, and the t
 While a timing runs nothing else may load the machine. On the cpu device a worker getting ready
 is stopped for it (``DeviceGate.pausable``). On cuda it is not: a process stopped inside the CUDA
 driver (making its context, copying the reference data) may hold what the timing's own calls wait
-for, so there a worker gets ready as a sharer of the device (``DeviceGate.shared``): a timing
-waits for it to be ready, and none starts getting ready while a timing runs.
+for, so there a worker does its imports (seconds of host work) first and then asks for the device
+(``want device``), and gets ready from there as a sharer of it (``DeviceGate.shared``): a timing
+waits for the workers already using the device, and none starts using it while a timing runs.
+A replacement started beside a candidate no longer holds that candidate's timing back for the
+length of its imports.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from .gate import DeviceGate, GaveUp
+from .gate import DeviceGate, GaveUp, Holding
 from .logs import tail
 from .pool import Limit, WorkerProcess, WorkerSet
 
@@ -113,13 +116,24 @@ class WarmPool:
     def _warm(self) -> None:
         worker: WorkerProcess | None = None
         problem = kind = ""
+        # Sharing the device, a worker holds the gate from when it asks for the device (its
+        # imports done, seconds of host work that need not hold back anyone's timing) until it
+        # waits for its candidate.
+        holding = Holding(self._gate, self._give_up)
+
+        def answer(what: str) -> dict:
+            if what == "device" and self._share_device:
+                holding.share()
+            return {}
         try:
-            with self._gate.shared(give_up=self._give_up) if self._share_device else contextlib.nullcontext():
-                worker = self._start()
-                self._registry.add(worker)
-                self.started += 1
+            worker = self._start()
+            self._registry.add(worker)
+            self.started += 1
+            try:
                 with contextlib.nullcontext() if self._share_device else self._gate.pausable(worker.pid):
-                    exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate")
+                    exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate", answer=answer)
+            finally:
+                holding.release()
             if worker.waiting_for != "candidate" and not (self._closed or self._give_up()):
                 run = worker.result(exceeded)
                 kind = run.error_kind

@@ -187,25 +187,32 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
         check_integrity(integrity, "during the operator audit")
 
 
+def _rewritten(timed_inputs: list, fresh: list) -> bool:
+    """Write ``fresh`` into ``timed_inputs`` where every tensor matches in shape and dtype (False
+    when they do not: sets of other shapes). A function of its own so that no loop variable
+    outlives it holding a set's tensor."""
+    if len(fresh) != len(timed_inputs) or not all(
+            not isinstance(f, torch.Tensor) or (isinstance(t, torch.Tensor) and t.shape == f.shape and t.dtype == f.dtype)
+            for t, f in zip(timed_inputs, fresh)):
+        return False
+    with torch.no_grad():
+        for t, f in zip(timed_inputs, fresh):
+            if isinstance(t, torch.Tensor):
+                t.copy_(f)
+    return True
+
+
 def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome) -> int:
     """The re-check after timing: new values written into the very tensors the candidate was
     timed on (an answer cached by address goes stale), then one more ordinary trial. Raises
     ``Mismatch``; returns the bytes one call reads and writes (its inputs and output), for the
-    physical floor. The caller may drop ``timed_inputs`` once this returns."""
+    physical floor. Empties ``timed_inputs`` before the ordinary trial, so that the trial has the
+    room a trial is planned with: the caller must hold no other reference to its tensors."""
     s, device = settings, settings.device
     fresh = trials.draw("recheck")
-    rewritable = len(fresh) == len(timed_inputs) and all(
-        not isinstance(f, torch.Tensor) or (isinstance(t, torch.Tensor) and t.shape == f.shape and t.dtype == f.dtype)
-        for t, f in zip(timed_inputs, fresh))
-    if rewritable:
-        with torch.no_grad():
-            for t, f in zip(timed_inputs, fresh):
-                if isinstance(t, torch.Tensor):
-                    t.copy_(f)
-        inputs = timed_inputs
-    else:
-        inputs = fresh  # sets of other shapes: checked on their own tensors
-    del fresh
+    inputs = timed_inputs if _rewritten(timed_inputs, fresh) else fresh
+    if inputs is timed_inputs:
+        del fresh
     try:
         with poisoned_memory(device), torch.no_grad():
             got = cand(*inputs)
@@ -217,6 +224,8 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
         compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
         moved = nbytes_of(inputs) + nbytes_of([got])
         del got, want, inputs
+        timed_inputs.clear()
+        fresh = None
         _trial(s, trials, cand, "recheck-trial", outcome)
     except Mismatch as exc:
         raise Mismatch(f"re-check after timing failed: {exc}") from None
@@ -328,8 +337,7 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
         flags.append(compile_failed(trials.meta.compile_error))
-    moved = recheck(s, trials, cand, timing_inputs, outcome)
-    del timing_inputs
+    moved = recheck(s, trials, cand, timing_inputs, outcome)  # empties timing_inputs
 
     speedup = speedup_of(ref_runs, runs)
     signatures, weighted = signature_columns(s, trials, timer, cand, ref, runtime, reference, speedup)

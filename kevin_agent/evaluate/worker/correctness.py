@@ -212,7 +212,9 @@ def _errors(c: torch.Tensor, r: torch.Tensor, a: float, rt: float) -> tuple[floa
         rel = diff / (ref_abs.nan_to_num(0.0, posinf=0.0, neginf=0.0) + a) if a > 0 else diff / ref_abs
         rels.append(rel.nan_to_num(nan=0.0, posinf=float("inf")).max())
         k = torch.argmax(diff)
-        maxes.append(diff[k])
+        # A copy, not diff[k]: that is a view, and would keep every piece's diff alive (a whole
+        # output's worth of them by the last piece).
+        maxes.append(diff.take(k))
         worst.append(k)
         offsets.append(start)
     best = int(torch.argmax(torch.stack(maxes)))  # the first piece holding the largest error
@@ -225,12 +227,14 @@ def poisoned_memory(device: str):
     """Fill new allocations with NaN / max-int while the block runs."""
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # The switch itself, not torch.use_deterministic_algorithms: that also sets inductor's
+    # config, whose import pulls in torch._dynamo (seconds in a worker that compiles nothing).
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(det, warn_only=warn)
+        torch._C._set_deterministic_algorithms(det, warn_only=warn)
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 

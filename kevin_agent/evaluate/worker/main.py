@@ -133,14 +133,17 @@ def do_run(job: Job, parent: Parent) -> WorkerReply:
     try:
         task = import_task(job)
         meta = read_meta(job)
+        # The imports first: host work, done before this worker asks to share the device.
+        importlib.import_module("torch.utils.cpp_extension")  # what every candidate imports first
+        importlib.import_module("torch._dynamo")  # the integrity snapshot's (``Integrity``)
         if device == "cuda":
+            parent.request("device")  # returns once this worker may use the device beside others
             torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the integrity snapshot
         trials = Trials.load(job, task, meta)
         trials.prepare()
         set_reference_tf32(job.settings.reference_tf32)
         ref = build_reference(task, job)
         trials.reference = ref
-        importlib.import_module("torch.utils.cpp_extension")  # what every candidate imports first
         meter.release(device)
         integrity = Integrity()
     except TaskProblem as exc:
@@ -204,9 +207,9 @@ def profiled(job: Job, work: Callable[[], WorkerReply]) -> WorkerReply:
     import io
     import pstats
 
-    # cuda: the allocator's history too (Python frames only: C++ stacks cost milliseconds an
+    # The allocator's history where asked (Python frames only: C++ stacks cost milliseconds an
     # allocation), for finding what is live at the evaluation's peak (benchmarks/stages.py).
-    history = job.settings.device == "cuda"
+    history = job.settings.device == "cuda" and job.settings.profile_memory
     if history:
         try:
             torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")

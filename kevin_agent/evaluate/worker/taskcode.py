@@ -127,8 +127,27 @@ def make_inputs(module, job: Job, seed: int, distribution: str, on: str = "cpu",
         with torch.device(on):
             values = draw()
     if distribution == "rescaled":
-        values = [v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+        _rescale(values, scale)
     return values
+
+
+def _rescale(values: list, scale: float) -> None:
+    """Every floating tensor of ``values`` times ``scale``: in place where nothing but the list
+    holds it (a copy beside it would hold a multi-gigabyte input twice for a moment); a new tensor
+    where anything else might see the change (a view of it or of something else, a tensor the task
+    keeps, one that appears twice), bitwise the same either way."""
+    for i in range(len(values)):  # not enumerate(): its tuple would hold one more reference
+        v = values[i]
+        if not (isinstance(v, torch.Tensor) and v.is_floating_point()):
+            continue
+        # References: the list, ``v`` and getrefcount's own argument.
+        alone = v._base is None and not v.requires_grad and sys.getrefcount(v) <= 3
+        if alone:
+            with torch.no_grad():
+                v.mul_(scale)
+        else:
+            values[i] = v * scale
+        del v
 
 
 def _signature_inputs(module, job: Job, signature: int) -> list:
