@@ -17,6 +17,7 @@ from kevin_agent.evaluate.jobs import WANT
 class StandInJob(BaseModel):
     marks: str
     imports_s: float
+    device_s: float
     reply_path: str
     progress_fd: int
     control_fd: int
@@ -40,6 +41,7 @@ def main() -> None:
     mark("asks")
     request("device")
     mark("device")
+    time.sleep(job.device_s)  # the CUDA context, the reference data
     request("candidate")
 
 

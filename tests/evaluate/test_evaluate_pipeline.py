@@ -437,10 +437,10 @@ def test_a_kernel_is_verified_at_every_input_signature_the_task_names_and_its_sp
     assert "at input signature 1 of 4 (float32[16, 512], 8 calls per forward)" in wrong_elsewhere.error
 
 
-def test_a_worker_getting_ready_on_a_shared_device_waits_for_a_timing_only_once_it_asks_for_the_device(tmp_path):
+def test_a_worker_getting_ready_on_a_shared_device_holds_a_timing_back_only_once_it_uses_the_device(tmp_path):
     """cuda's warm workers share the device while they get ready, but their imports (seconds of
-    host work) come first and hold no timing back: a replacement started beside a candidate used
-    to delay that candidate's timing by the length of its imports."""
+    host work) come first: a timing does not wait for them, and they are stopped while it runs. A
+    replacement started beside a candidate used to delay that candidate's timing by its imports."""
     from kevin_agent.evaluate.parent.pool import Limit, WorkerProcess, WorkerSet, scrubbed_env
     from kevin_agent.evaluate.parent.warm import WarmPool
 
@@ -453,23 +453,22 @@ def test_a_worker_getting_ready_on_a_shared_device_waits_for_a_timing_only_once_
     marks = tmp_path / "marks"
     env = scrubbed_env({"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
     gate = DeviceGate(tmp_path / "lock")
-    pool = WarmPool(lambda: StandIn({"marks": str(marks), "imports_s": 0.5}, env=env, root=tmp_path), size=1,
-                    gate=gate, give_up=lambda: False, prep_limit=Limit(60, "test"), registry=WorkerSet(),
-                    share_device=True)
+    job = {"marks": str(marks), "imports_s": 1.0, "device_s": 1.0}
+    pool = WarmPool(lambda: StandIn(job, env=env, root=tmp_path), size=1, gate=gate, give_up=lambda: False,
+                    prep_limit=Limit(60, "test"), registry=WorkerSet(), share_device=True)
 
-    def marked() -> dict[str, float]:
-        if not marks.exists():
-            return {}
-        return {w: float(t) for w, t in (line.split() for line in marks.read_text().splitlines())}
+    def marked() -> set[str]:
+        return {line.split()[0] for line in marks.read_text().splitlines()} if marks.exists() else set()
     try:
-        with gate.exclusive():  # a timing runs
-            pool.open()
-            _wait_for(lambda: "asks" in marked(), timeout=30)  # it started and did its imports meanwhile
-            time.sleep(0.5)
-            assert "device" not in marked() and pool.ready_count() == 0
-            released = time.monotonic()
-        _wait_for(lambda: pool.ready_count() == 1, timeout=30)
-        assert marked()["device"] >= released
+        pool.open()
+        _wait_for(lambda: "started" in marked(), timeout=30)
+        with gate.exclusive():  # a timing, while the worker imports
+            assert "asks" not in marked()  # it did not wait for the imports
+            time.sleep(1.5)
+            assert "asks" not in marked()  # and they made no progress while it ran
+        _wait_for(lambda: "device" in marked(), timeout=30)
+        with gate.exclusive():  # a timing, while the worker uses the device: it waits for the worker
+            assert pool.ready_count() == 1
     finally:
         pool.close()
 

@@ -12,11 +12,11 @@ the GPU has room for another (each holds a CUDA context, about 500 MB, and the t
 While a timing runs nothing else may load the machine. On the cpu device a worker getting ready
 is stopped for it (``DeviceGate.pausable``). On cuda it is not: a process stopped inside the CUDA
 driver (making its context, copying the reference data) may hold what the timing's own calls wait
-for, so there a worker does its imports (seconds of host work) first and then asks for the device
-(``want device``), and gets ready from there as a sharer of it (``DeviceGate.shared``): a timing
-waits for the workers already using the device, and none starts using it while a timing runs.
-A replacement started beside a candidate no longer holds that candidate's timing back for the
-length of its imports.
+for, so there a worker does its imports (seconds of host work, stopped like a cpu worker while a
+timing runs) first and then asks for the device (``want device``), and gets ready from there as a
+sharer of it (``DeviceGate.shared``): a timing waits for the workers already using the device,
+and none starts using it while a timing runs. A replacement started beside a candidate no longer
+holds that candidate's timing back for the length of its imports.
 """
 
 from __future__ import annotations
@@ -116,13 +116,15 @@ class WarmPool:
     def _warm(self) -> None:
         worker: WorkerProcess | None = None
         problem = kind = ""
-        # Sharing the device, a worker holds the gate from when it asks for the device (its
-        # imports done, seconds of host work that need not hold back anyone's timing) until it
-        # waits for its candidate.
+        # A worker is stopped while a timing runs until it asks for the device: its imports are
+        # host work, which neither waits for a timing nor may disturb one. Sharing the device, it
+        # holds the gate from then until it waits for its candidate (never stopped there).
         holding = Holding(self._gate, self._give_up)
+        stoppable = contextlib.ExitStack()
 
         def answer(what: str) -> dict:
             if what == "device" and self._share_device:
+                stoppable.close()
                 holding.share()
             return {}
         try:
@@ -130,9 +132,10 @@ class WarmPool:
             self._registry.add(worker)
             self.started += 1
             try:
-                with contextlib.nullcontext() if self._share_device else self._gate.pausable(worker.pid):
-                    exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate", answer=answer)
+                stoppable.enter_context(self._gate.pausable(worker.pid))
+                exceeded = worker.follow(limit=lambda _: self.prep_limit, stop_at="candidate", answer=answer)
             finally:
+                stoppable.close()
                 holding.release()
             if worker.waiting_for != "candidate" and not (self._closed or self._give_up()):
                 run = worker.result(exceeded)
