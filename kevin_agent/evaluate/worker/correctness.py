@@ -217,9 +217,14 @@ def _errors(c: torch.Tensor, r: torch.Tensor, a: float, rt: float) -> tuple[floa
         maxes.append(diff.take(k))
         worst.append(k)
         offsets.append(start)
-    best = int(torch.argmax(torch.stack(maxes)))  # the first piece holding the largest error
-    return (float(maxes[best]), offsets[best] + int(worst[best]), float(torch.stack(rels).max()),
-            int(torch.stack(bads).sum()))
+    # One transfer to the host for the four numbers (each its own would wait for the device four
+    # times, and on a GPU shared with other checks every wait can cost a time slice).
+    stacked = torch.stack(maxes).double()
+    best = torch.argmax(stacked)  # the first piece holding the largest error
+    summary = torch.stack([best.double(), stacked[best], torch.stack(worst).double()[best],
+                           torch.stack(rels).double().max(), torch.stack(bads).double().sum()]).tolist()
+    piece, largest, at, rel, bad = summary
+    return largest, offsets[int(piece)] + int(at), rel, int(bad)
 
 
 @contextlib.contextmanager
