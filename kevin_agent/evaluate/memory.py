@@ -144,12 +144,9 @@ def poison_bytes(fp: Footprint | None, room: int | None, *, lean: bool = False) 
     return max(0, min(want, room // (4 if lean else 2)))
 
 
-TIMING_PLACEMENTS_BYTES = 640 * MiB
-"""The timing's placements, all together, are kept within this (part of ``HARNESS_BYTES``, beside
-the cache-flush buffer: the comparison's pieces are never held while the rounds run)."""
-MAX_PLACEMENTS = 32
-"""A worker's median is the average over its placements: on the H200 five workers at 16 read
-medians 1.7-3.7% apart on the rmsnorm example (placement-to-placement 10%); 29 fit its 22 MiB each."""
+TIMING_PLACEMENTS_BYTES = 384 * MiB
+"""The timing's placements, all together, are kept within this (part of ``HARNESS_BYTES``)."""
+MAX_PLACEMENTS = 16
 
 
 def pool_bytes(nbytes: int) -> int:

@@ -204,7 +204,7 @@ class Confirming:
         meter.release(self.device)  # what the trials left cached goes back before the rounds
         # The timing inputs shared by everything timed, as a run worker times its candidate and the
         # reference on them: one copy of a large set (five copies of a 6 GB input would not fit
-        # beside a model holding most of the GPU), up to 32 placements of a small one. Inputs are
+        # beside a model holding most of the GPU), up to 16 placements of a small one. Inputs are
         # checked unchanged, and each kernel's re-check writes values it has never seen into the
         # first copy, so an answer cached by address still goes stale.
         placements = Placements.drawn(lambda: self.trials.draw("timing"), timing_placements(self.trials.meta.footprint),
