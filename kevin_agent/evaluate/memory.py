@@ -141,7 +141,20 @@ def poison_bytes(fp: Footprint | None, room: int | None, *, lean: bool = False) 
     want = POISON_MARGIN + (2 * fp.output_bytes if fp is not None and not lean else 0)
     if room is None:
         return want
-    return max(0, min(want, room // (4 if lean else 2)))
+    return fit_poison(want, room // (4 if lean else 2), fp.output_bytes if fp is not None and not lean else 0)
+
+
+def fit_poison(want: int, cap: int, unit: int) -> int:
+    """``want`` bytes of fresh poison within ``cap``: all of it where it fits; else only whole
+    ``unit``s (the outputs' size), or no more than the margin where not one fits. A poisoned block
+    the output does not fill is split by it, and the reference's answer then needs a segment of its
+    own beside the rest: past the plan (the 6 GiB ReLU beside a process holding 80% of the H200
+    held 22.5 GiB of a 19.0 GiB plan, its poison capped at 10.4 GiB)."""
+    if want <= cap:
+        return max(0, want)
+    if unit > 0 and cap >= unit:
+        return cap // unit * unit
+    return max(0, min(cap, POISON_MARGIN))
 
 
 TIMING_PLACEMENTS_BYTES = 384 * MiB

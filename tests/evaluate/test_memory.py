@@ -37,7 +37,14 @@ def test_a_6gb_relu_is_planned_within_3x_its_footprint_and_fits_beside_a_process
 
 def test_poisoning_takes_twice_the_outputs_and_never_more_than_half_of_what_is_left():
     assert memory.poison_bytes(RELU_6GB, None) == 12 * GiB + memory.POISON_MARGIN
-    assert memory.poison_bytes(RELU_6GB, 10 * GiB) == 5 * GiB
+    # Less room than twice the outputs: whole outputs' worth of poison, else no more than the margin
+    # (a block the output does not fill would leave the reference's answer a segment of its own).
+    assert memory.poison_bytes(RELU_6GB, 30 * GiB) == 12 * GiB + memory.POISON_MARGIN
+    assert memory.poison_bytes(RELU_6GB, int(20.8 * GiB)) == RELU_6GB.output_bytes
+    assert memory.poison_bytes(RELU_6GB, 10 * GiB) == memory.POISON_MARGIN
+    assert memory.fit_poison(10 * GiB, 25 * GiB, 6 * GiB) == 10 * GiB
+    assert memory.fit_poison(13 * GiB, 12 * GiB, 6 * GiB) == 12 * GiB
+    assert memory.fit_poison(13 * GiB, 32 << 20, 6 * GiB) == 32 << 20
     assert memory.poison_bytes(RELU_6GB, 10 * GiB, lean=True) == memory.POISON_MARGIN
     assert memory.poison_bytes(None, None) == memory.POISON_MARGIN
 
@@ -277,6 +284,9 @@ def test_the_recheck_lets_go_of_the_timed_inputs_before_its_ordinary_trial(tmp_p
             return inputs[0] * 2
 
         def poison_bytes(self):
+            return 0
+
+        def poison_unit(self):
             return 0
 
     timed = [torch.zeros(1 << 16)]

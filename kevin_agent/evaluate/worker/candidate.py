@@ -145,7 +145,7 @@ def _trial(settings: EvalSettings, trials: Trials, cand, name: str, outcome: Out
     s = settings
     return run_trial(cand, _answer(trials, name), lambda: trials.draw(name), trials.digests(name),
                      device=s.device, atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome,
-                     poison_bytes=trials.poison_bytes())
+                     poison_bytes=trials.poison_bytes(), poison_unit=trials.poison_unit())
 
 
 def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> None:

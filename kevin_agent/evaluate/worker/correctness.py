@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from .fingerprint import digests, leaves, sample
+from ..memory import fit_poison
 from .timing import _cuda_sync
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -252,7 +253,7 @@ def release_cached(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def poison_free_blocks(device: str, nbytes: int) -> None:
+def poison_free_blocks(device: str, nbytes: int, unit: int = 0) -> None:
     """Leave NaN in the caching allocator's free blocks, where a never-written output would land.
 
     ``fill_uninitialized_memory`` covers ``torch.empty`` and its kin, from Python and C++; a
@@ -260,8 +261,8 @@ def poison_free_blocks(device: str, nbytes: int) -> None:
     pointer it kept) would still see old values. So every free block the allocator holds is
     taken once, largest first (best fit hands out the block of that size), filled and given
     back; then, where those blocks come to less than ``nbytes``, one block of the difference (at
-    most half of what the device still has free) covers memory the allocator has not handed out
-    yet. The blocks taken are the allocator's own already; only the last one can grow what the
+    most half of what the device still has free, in whole ``unit``s then: ``memory.fit_poison``)
+    covers memory the allocator has not handed out yet. The blocks taken are the allocator's own already; only the last one can grow what the
     process holds, and it is given back to be reused by the trial's own allocations: so poisoning
     never makes the process hold more than ``nbytes`` beyond what it holds live."""
     if device != "cuda":
@@ -275,7 +276,8 @@ def poison_free_blocks(device: str, nbytes: int) -> None:
     for size in sorted(sizes, reverse=True)[:4096]:
         held.append(torch.empty(size // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
         cached += size
-    fresh = min(nbytes - cached, torch.cuda.mem_get_info()[0] // 2) if nbytes > cached else 0
+    # Within half of what the device has free, in whole ``unit``s (the outputs' size) where that binds.
+    fresh = fit_poison(nbytes - cached, torch.cuda.mem_get_info()[0] // 2, unit) if nbytes > cached else 0
     if fresh >= 512:
         held.append(torch.empty(fresh // 4, dtype=torch.float32, device="cuda").fill_(float("nan")))
     _cuda_sync()
@@ -301,7 +303,7 @@ def nbytes_of(values) -> int:
 
 def run_trial(candidate: Callable, reference: Callable, draw: Callable[[], list], before: Sequence[str], *,
               device: str, atol: float | None, rtol: float | None, outcome: Outcome, poison_bytes: int,
-              preset: str = "strict"):
+              preset: str = "strict", poison_unit: int = 0):
     """One trial: returns samples of (candidate output, reference output); raises Mismatch.
 
     ``draw()`` gives a fresh copy of the set on the device each time it is called, whose inputs
@@ -313,7 +315,7 @@ def run_trial(candidate: Callable, reference: Callable, draw: Callable[[], list]
     reference's answer at a time."""
     release_cached(device)
     mine = draw()
-    poison_free_blocks(device, poison_bytes)
+    poison_free_blocks(device, poison_bytes, poison_unit)
     with poisoned_memory(device), torch.no_grad():
         first = candidate(*mine)
         sync(device)

@@ -301,6 +301,11 @@ class Trials:
         room for now: half of it, a quarter when ``lean``."""
         return poison_bytes(self.meta.footprint, meter.room(self.device), lean=self.lean)
 
+    def poison_unit(self) -> int:
+        """The size fresh poison comes in where the room binds (``memory.fit_poison``): the outputs'."""
+        fp = self.meta.footprint
+        return fp.output_bytes if fp is not None and not self.lean else 0
+
     def input_set(self, name: str) -> InputSet:
         return self.meta.input_set(name)
 
