@@ -88,3 +88,40 @@ def test_a_configuration_the_deadline_killed_is_not_retried_without_cuda_graphs(
     assert not try_eager("timeout", [{"config": "fp8-ngram", "error": "exit timeout after 243 s"}], ["fp8-ngram"])
     assert not try_eager(1, [{"config": "bf16", "startup_s": 77.0}, *failed], ["bf16", "fp8"])  # one ran
     assert not try_eager(1, failed, ["fp8", "eager"])  # tried already
+
+
+@pytest.mark.slow
+def test_stages_benchmark_runs_on_the_cpu(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "stages.py"), "--device", "cpu",
+                           "--no-compare-compile", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| case | probe s | | status | wall s | queue | compile | load | correctness | timing |" in proc.stdout
+    (row,) = json.loads((tmp_path / "stages.json").read_text())
+    assert row["case"] == "rmsnorm" and row["probe_s"] > 0
+    assert row["first"]["status"] == row["again"]["status"] == "correct"
+    assert row["again"]["cached_build"] and row["again"]["device_s"] > 0
+    assert (tmp_path / "profiles.tar.gz").is_file()
+
+
+def test_the_stages_benchmark_names_what_was_live_and_cached_at_a_workers_peak(tmp_path):
+    import pickle
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import stages
+
+    def frames(line: int, name: str) -> list[dict]:  # innermost first, as the allocator records them
+        return [{"filename": "/site-packages/torch/functional.py", "line": 1, "name": "f"},
+                {"filename": "/repo/kevin_agent/evaluate/worker/trials.py", "line": line, "name": name}]
+    events = [{"action": "segment_alloc", "addr": 0, "size": 6 << 30},
+              {"action": "alloc", "addr": 0, "size": 6 << 30, "frames": frames(10, "draw")},
+              {"action": "segment_alloc", "addr": 1 << 40, "size": 12 << 30},
+              {"action": "alloc", "addr": 1 << 40, "size": 12 << 30, "frames": frames(20, "poison")},
+              {"action": "free_completed", "addr": 1 << 40, "size": 12 << 30},
+              {"action": "segment_alloc", "addr": 2 << 40, "size": 1 << 30},  # the peak: 19 GiB
+              {"action": "segment_free", "addr": 1 << 40, "size": 12 << 30}]
+    path = tmp_path / "run-1.memory.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [events]}))
+    peak = stages.peak_of(path, ("kevin_agent/",))
+    assert peak["worker"] == "run-1" and peak["peak_reserved_gib"] == 19.0 and peak["live_at_peak_gib"] == 6.0
+    assert peak["live_by_line"] == [{"line": "evaluate/worker/trials.py:10 draw", "gib": 6.0}]
+    assert peak["cached_by_line"] == [{"line": "evaluate/worker/trials.py:20 poison", "gib": 12.0}]
