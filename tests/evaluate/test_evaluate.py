@@ -340,3 +340,23 @@ def test_tolerances_per_dtype_and_overrides():
             compare(cand, ref, None, None, Outcome())
     with pytest.raises(Mismatch):
         compare(torch.tensor([1, 2]), torch.tensor([1, 3]), 10.0, 10.0, Outcome())
+
+
+def test_the_comparison_reports_the_first_largest_error_and_counts_every_element_beyond_the_tolerance(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from kevin_agent.evaluate.worker import correctness
+
+    monkeypatch.setitem(correctness.COMPARE_CHUNK, "cpu", 3)  # pieces of three: the errors span pieces
+    inf, nan = float("inf"), float("nan")
+    ref = torch.tensor([1.0, nan, inf, -inf, 0.0, 2.0, 5.0, 0.0, 1.0, -0.0], dtype=torch.float32)
+    cand = torch.tensor([1.0, nan, inf, -inf, 1e-5, 2.5, 5.5, 0.0, nan, 0.0], dtype=torch.float32)
+    largest, at, rel, bad = correctness._errors(cand, ref, 1e-4, 1e-4)
+    # NaN meets NaN, equal infinities, -0.0 and 0.0, and 1e-5 against 0 (within atol) are no errors;
+    # 2.5 and 5.5 are 0.5 off (the first at index 5), NaN against 1.0 is infinitely off.
+    assert (largest, at, bad) == (inf, 8, 3) and rel == inf
+    largest, at, rel, bad = correctness._errors(cand[:8], ref[:8], 1e-4, 1e-4)
+    assert (largest, at, bad) == (0.5, 5, 2)
+    assert rel == pytest.approx(0.5 / (2.0 + 1e-4))  # relative to the reference, plus atol
+    assert correctness._errors(ref[2:3], -ref[2:3], 1e-4, 1e-4)[::3] == (inf, 1)  # inf against -inf
+    ints = torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4])
+    assert correctness._errors(*ints, 0.0, 0.0) == (1.0, 2, 0.25, 1)

@@ -201,17 +201,26 @@ def _errors(c: torch.Tensor, r: torch.Tensor, a: float, rt: float) -> tuple[floa
     # float32 is exact enough for outputs of 32 bits or fewer (a difference of two float32 values
     # rounds once, at 6e-8 of it, far inside any tolerance) at half the traffic of float64.
     wide = torch.float32 if c.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64
+    inf = float("inf")
     for cc, rc, start in _chunks(c, r):
-        cd, rd = cc.to(wide), rc.to(wide)
-        diff = (cd - rd).abs()
-        both_nan = torch.isnan(cd) & torch.isnan(rd)
-        same_inf = torch.isinf(rd) & (cd == rd)
-        diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
-        diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
+        cd, rd = cc.to(wide), rc.to(wide)  # views of the outputs where no conversion is needed: read only
+        # In place on the piece's own temporaries, three of the element type and four of bools: each
+        # new one is an allocation (the first piece of a trial's comparison waits for cudaMalloc)
+        # and a pass over memory.
+        diff = torch.sub(cd, rd).abs_()
+        # No error where NaN meets NaN or the values are equal (equal infinities, whose difference
+        # is NaN; equal finite values have none anyway).
+        same = torch.eq(cd, rd)
+        both_nan = torch.isnan(cd)
+        both_nan &= torch.isnan(rd)
+        same |= both_nan
+        diff.masked_fill_(same, 0).nan_to_num_(nan=inf, posinf=inf)
         ref_abs = rd.abs()
-        bads.append((diff > a + rt * ref_abs.nan_to_num(0.0)).sum())
-        rel = diff / (ref_abs.nan_to_num(0.0, posinf=0.0, neginf=0.0) + a) if a > 0 else diff / ref_abs
-        rels.append(rel.nan_to_num(nan=0.0, posinf=float("inf")).max())
+        tol = ref_abs.nan_to_num(0.0).mul_(rt).add_(a)  # a + rt * |ref|: a NaN reference allows atol
+        bads.append(torch.gt(diff, tol).sum())
+        denom = ref_abs.nan_to_num_(0.0, posinf=0.0, neginf=0.0).add_(a) if a > 0 else ref_abs
+        rel = torch.div(diff, denom, out=tol).nan_to_num_(nan=0.0, posinf=inf)
+        rels.append(rel.max())
         k = torch.argmax(diff)
         # A copy, not diff[k]: that is a view, and would keep every piece's diff alive (a whole
         # output's worth of them by the last piece).
