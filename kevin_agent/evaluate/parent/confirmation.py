@@ -17,6 +17,7 @@ from typing import Protocol
 
 from ...config import EvalSettings
 from ...results import Confirmation, Confirmed, MemoryUse
+from ...task import TaskProbe
 from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
 from .pool import WorkerProcess, WorkerRun, WorkerSet
@@ -69,7 +70,7 @@ class ConfirmationHost(Protocol):
 
     @property
     def aborted(self) -> bool: ...
-    def ensure_probed(self) -> None: ...
+    def probe(self) -> TaskProbe: ...
     def job(self, mode: str) -> dict: ...
     def env(self, build_folder: Path | None) -> dict[str, str]: ...
     def limit(self, phase: str) -> Limit: ...
@@ -88,7 +89,7 @@ class Confirmations:
         all in one worker (``worker.confirmation``): one verdict per source, in order. A kernel that takes
         the worker down is dropped with the reason, and the others are confirmed again without it."""
         host = self.host
-        host.ensure_probed()
+        host.probe()
         seed = fresh_seed(host.settings)
         verdicts: list[Confirmed | None] = [None] * len(sources)
         builds: list[Build] = []

@@ -149,7 +149,7 @@ class LocalEvaluator:
         Once per evaluator: a call while it runs (a candidate submitted before it, whose build
         went on beside it) waits for it and returns what it found."""
         with self._probe_lock:
-            if self.reference is not None and self.task.probe is not None:
+            if self.reference is not None:  # made, with the task's probe, by an earlier call
                 return self.task.probe
             return self._probe()
 
@@ -199,9 +199,6 @@ class LocalEvaluator:
             self._run_slots = threading.BoundedSemaphore(self.at_once)
         self.pool.open()
         return reply.probe
-
-    def ensure_probed(self) -> None:
-        self.probe()
 
     def versions(self) -> dict[str, str]:
         return {**cache.toolchain(self.device), **self._worker_versions}
@@ -316,7 +313,7 @@ class LocalEvaluator:
                 result = EvalResult(status=build.status, stage=Stage.COMPILE, error=build.error)
             else:
                 clock.switch("queue")
-                self.ensure_probed()
+                self.probe()
                 needs_worker = False  # from here on the worker taken counts it
                 result = self._checked(build, clock, on_stage, on_output)
         except GaveUp:

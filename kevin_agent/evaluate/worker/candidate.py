@@ -210,9 +210,8 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
     room a trial is planned with: the caller must hold no other reference to its tensors."""
     s, device = settings, settings.device
     fresh = trials.draw("recheck")
-    inputs = timed_inputs if _rewritten(timed_inputs, fresh) else fresh
-    if inputs is timed_inputs:
-        del fresh
+    inputs = timed_inputs if _rewritten(timed_inputs, fresh) else fresh  # sets of other shapes: their own
+    del fresh
     try:
         with poisoned_memory(device), torch.no_grad():
             got = cand(*inputs)
@@ -225,7 +224,6 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
         moved = nbytes_of(inputs) + nbytes_of([got])
         del got, want, inputs
         timed_inputs.clear()
-        fresh = None
         _trial(s, trials, cand, "recheck-trial", outcome)
     except Mismatch as exc:
         raise Mismatch(f"re-check after timing failed: {exc}") from None

@@ -271,9 +271,10 @@ def poison_free_blocks(device: str, nbytes: int, unit: int = 0) -> None:
     taken once, largest first (best fit hands out the block of that size), filled and given
     back; then, where those blocks come to less than ``nbytes``, one block of the difference (at
     most half of what the device still has free, in whole ``unit``s then: ``memory.fit_poison``)
-    covers memory the allocator has not handed out yet. The blocks taken are the allocator's own already; only the last one can grow what the
-    process holds, and it is given back to be reused by the trial's own allocations: so poisoning
-    never makes the process hold more than ``nbytes`` beyond what it holds live."""
+    covers memory the allocator has not handed out yet. The blocks taken are the allocator's own
+    already; only the last one can grow what the process holds, and it is given back to be reused
+    by the trial's own allocations: so poisoning never makes the process hold more than ``nbytes``
+    beyond what it holds live."""
     if device != "cuda":
         return
     sizes = []

@@ -147,7 +147,6 @@ def _rescale(values: list, scale: float) -> None:
                 v.mul_(scale)
         else:
             values[i] = v * scale
-        del v
 
 
 def _signature_inputs(module, job: Job, signature: int) -> list:
