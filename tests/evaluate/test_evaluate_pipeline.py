@@ -200,10 +200,46 @@ def test_prestarted_workers_wait_for_one_candidate_each_and_are_never_reused(sca
             assert ran[-1] in waiting  # started before its candidate came
             results.append(res)
         assert len(set(ran)) == 3, ran
-        assert not (set(ran) & _worker_pids(ev)), "a worker outlived its candidate"
+        # Each ends once it has replied (reaped in the background, off the candidate's clock).
+        _wait_for(lambda: not (set(ran) & _worker_pids(ev)), timeout=10)
         assert all(r.stage_s.load < 2.0 for r in results), [r.stage_s for r in results]
     finally:
         ev.close()
+
+
+def test_a_worker_that_replied_ends_off_its_candidates_clock_and_frees_its_slot_once_gone(scale_task, tmp_path,
+                                                                                            monkeypatch):
+    """A run worker's process takes a while to end after its reply (on cuda the driver tears down a
+    context that may hold gigabytes): that is neither the candidate's time nor the device's, but the
+    worker's share of the memory plan stays taken until the process is gone."""
+    from kevin_agent.evaluate.parent.pool import WorkerProcess
+
+    ending = 6.0
+
+    class SlowToEnd(WorkerProcess):
+        def finish(self) -> int:
+            if not self.finished:
+                time.sleep(ending)
+            return super().finish()
+
+    monkeypatch.setattr(LocalEvaluator, "_start_run_worker", lambda self: SlowToEnd(
+        self.job("run"), env=self.env(self.scratch / "extensions"), root=self.scratch))
+    ev = LocalEvaluator(scale_task, _settings(tmp_path, eval_workers=1))
+    try:
+        ev.probe()
+        started = time.monotonic()
+        first = ev.submit(runtime_source("honest_python")).result(timeout=120)
+        returned = time.monotonic() - started
+        # One evaluation at a time: its slot is still taken while the worker ends, free once it is gone.
+        taken = not ev._run_slots.acquire(blocking=False)
+        _wait_for(lambda: ev._run_slots.acquire(blocking=False), timeout=ending + 10)
+        ev._run_slots.release()
+    finally:
+        ev.close()
+    assert first.status is Status.CORRECT, first.error
+    st = first.stage_s
+    assert st.load + st.correctness + st.timing < ending and first.wall_s < ending, st
+    assert returned < ending and taken
 
 
 def test_abort_kills_waiting_and_running_workers_and_removes_their_folders(scale_task, tmp_path):

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from ...config import EvalSettings
-from ...errors import EnvironmentUnavailable, EvaluationOutOfMemory, KevinError, TaskError
+from ...errors import EvaluationOutOfMemory, KevinError, TaskError
 from ...protocols import CandidateStageCallback, OutputCallback, StageCallback
 from ...results import Confirmation, EvalResult, Stage, Status
 from ...task import Task, TaskProbe
@@ -45,8 +45,9 @@ from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, Assignment
 from .logs import tail
 from ..memory import Footprint
-from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
-from .machine import default_eval_workers, detect_device, gpu_free_bytes, host_device_name
+from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
+from .machine import default_eval_workers, gpu_free_bytes, host_device_name
+from .probe import probe_task
 from .warm import WarmPool, WorkerFailed
 
 class LocalEvaluator:
@@ -70,6 +71,8 @@ class LocalEvaluator:
         self.builds = Builds(settings, job=lambda: self.job("compile"), env=self.env, scratch=self.scratch,
                              registry=self.workers_running, gate=self.gate, aborted=self._aborted)
         self._threads: set[threading.Thread] = set()
+        self._reapers: set[threading.Thread] = set()
+        """Threads waiting for finished run workers to end (``_retire``)."""
         self.reference: reference.ReferenceData | None = None
         """The task's reference data (after ``probe``)."""
         self._probe_lock = threading.Lock()
@@ -154,40 +157,7 @@ class LocalEvaluator:
             return self._probe()
 
     def _probe(self) -> TaskProbe:
-        if self.device == "cuda" and detect_device() != "cuda":
-            raise EnvironmentUnavailable("the cuda device was asked for but no NVIDIA GPU is visible",
-                                         hint="run on a machine with a GPU, or pass --device cpu")
-        folder = self._reference_dir()
-        holding = Holding(self.gate, self._aborted.is_set)
-
-        def answer(what: str) -> dict:
-            if what == "timing":
-                holding.take()
-            return {}
-
-        # One maker per task and settings: a second evaluator waits, then finds the data made.
-        with reference.locked(folder), tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
-            try:
-                holding.share()
-                run = run_worker(self.job("probe"), env=self.env(Path(tmp)), timeout_s=self.settings.run_timeout_s,
-                                 answer=answer, root=self.scratch, registry=self.workers_running)
-            finally:
-                holding.release()
-        reply = run.reply
-        where = str(self.task.path)
-        if reply is None:
-            what = (f"building the task's inputs timed out after {self.settings.run_timeout_s:g} s"
-                    if run.timed_out else f"building the task crashed: {run.died()}\n{tail(run.log, 10)}")
-            raise TaskError(f"{where}: {what}", hint="run the file's get_inputs() and Model by hand")
-        if reply.error_kind == "environment":
-            raise EnvironmentUnavailable(reply.error, hint=reply.hint or "pass --device cpu to run on the CPU")
-        if not reply.ok or reply.probe is None:
-            raise TaskError(f"{where}: {reply.error}", hint=reply.hint or "fix the task file so that "
-                            f"{self.task.class_name}(*get_init_inputs())(*get_inputs()) runs")
-        made = reference.read(folder)
-        if made is None:
-            raise TaskError(f"{where}: the reference data was not made\n{tail(run.log, 10)}",
-                            hint="run the file's get_inputs() and Model by hand")
+        reply, made = probe_task(self, self._reference_dir())
         self.device_name = reply.device_name or self.device_name
         self._worker_versions = reply.versions
         self.task.probe = reply.probe
@@ -230,16 +200,32 @@ class LocalEvaluator:
 
             exceeded = worker.follow(limit=self.limit, answer=self.answer(holding), on_stage=on_stage,
                                      on_output=on_output, clock=clock, phase="load")
+            holding.release()  # its work on the device is done: the next timing need not wait for its end
             run = worker.result(exceeded)
         finally:
             holding.release()
             if worker is not None:
-                worker.remove()
-                self.workers_running.discard(worker)
-            self._run_slots.release()
+                self._retire(worker)
+            else:
+                self._run_slots.release()
         if run.reply is None:
             cache.clear_locks(build.folder)
         return run
+
+    def _retire(self, worker: WorkerProcess) -> None:
+        """End a run worker in the background: its process's teardown is not the candidate's time,
+        and its run slot (its share of the memory plan) is given back only once it is gone."""
+        def reap() -> None:
+            try:
+                worker.remove()
+            finally:
+                self.workers_running.discard(worker)
+                self._run_slots.release()
+                self._reapers.discard(thread)
+
+        thread = threading.Thread(target=reap, name="kevin-reap", daemon=True)
+        self._reapers.add(thread)
+        thread.start()
 
     def _checked(self, build: Build, clock: StageClock, on_stage: CandidateStageCallback | None,
                  on_output: OutputCallback | None) -> EvalResult:
@@ -382,6 +368,8 @@ class LocalEvaluator:
             self.abort()
             for thread in list(self._threads):
                 thread.join(timeout=10)
+        for thread in list(self._reapers):
+            thread.join(timeout=30)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 

@@ -205,6 +205,8 @@ class WorkerProcess:
         self._log = open(self.log_path, "rb")  # noqa: SIM115 (read as it grows, closed in finish)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.stages: list[Stage] = []
+        self.replied = False
+        """It said ``REPLIED``: its reply is complete and what is left is its process's own end."""
         self.finished = False
         self.waiting_for = ""
         """What it asked for when ``follow`` stopped at its request (it blocks until answered)."""
@@ -308,6 +310,7 @@ class WorkerProcess:
                     if clock is not None:
                         clock.switch(phase)
                 elif line == REPLIED:
+                    self.replied = True
                     return None  # the reply is written: what is left is the process's own teardown
                 elif line in Stage._value2member_map_:
                     stage = Stage(line)
@@ -329,8 +332,10 @@ class WorkerProcess:
                 return current
 
     def result(self, exceeded: Limit | None) -> WorkerRun:
-        """Finish it and collect what it left."""
-        code = self.finish()
+        """Collect what it left. One that replied is not waited for (a CUDA context holding
+        gigabytes takes a while to tear down, and none of that is the evaluation's: ``finish``, or
+        ``remove``, reaps it); any other is finished first."""
+        code = (self.proc.poll() or 0) if self.replied and exceeded is None else self.finish()
         return WorkerRun(reply=None if exceeded else self.reply(), returncode=code, timed_out=exceeded is not None,
                          stage=self.stages[-1] if self.stages else None, log=self.log(),
                          wall_s=time.monotonic() - self.started, limit=exceeded)
