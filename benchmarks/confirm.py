@@ -15,9 +15,13 @@ Target: on cuda, the medians within 2% of each other on every task, also with ``
 do), and the turn's number within 3% of theirs; a spread far wider than the intervals says the
 rounds do not see what varies between workers.
 
+Each confirmation runs as a run's does: in the device's ``confirm_workers`` workers (4 on cuda),
+their rounds pooled; "one worker's spread" is how far those workers' own medians lay apart inside
+one confirmation (the median over the confirmations), what a single worker would have risked.
+
 Usage (repository root):
   python benchmarks/confirm.py [--device cuda|cpu] [--times N] [--rounds N] [--tasks a,b] [--kernelbench N]
-                               [--busy N] [--out FILE.json]
+                               [--busy N [--busy-only]] [--workers N] [--out FILE.json]
 ``--rounds`` caps the head-to-head rounds (default: the device's ``confirm_rounds``); ``--kernelbench N``
 adds the KernelBench-size tasks of benchmarks/tasks (their honest kernels), confirmed N times each.
 """
@@ -65,9 +69,10 @@ def task_and_kernel(name: str, device: str) -> tuple[Path, str]:
     return REPO / "examples" / f"{name}.py", delivered_kernel(name, device)
 
 
-def prepared(name: str, device: str, rounds: int | None) -> tuple[LocalEvaluator, str, object]:
+def prepared(name: str, device: str, rounds: int | None, workers: int | None) -> tuple[LocalEvaluator, str, object]:
     """An evaluator of the task with its kernel built and evaluated once (as its run did)."""
-    config = RunConfig(device=device, **({"confirm_rounds": rounds} if rounds else {}))
+    config = RunConfig(device=device, **({"confirm_rounds": rounds} if rounds else {}),
+                       **({"confirm_workers": workers} if workers else {}))
     path, source = task_and_kernel(name, device)
     evaluator = LocalEvaluator(load_task(path), config.eval_settings(device))
     evaluator.probe()
@@ -103,6 +108,7 @@ def confirm_repeatedly(name: str, evaluator: LocalEvaluator, source: str, built,
         launched = kernel.launched
         rows.append({"verified": kernel.verified, "error": kernel.error[-300:], "median": kernel.speedup_median,
                      "ci95": kernel.ci95, "vs_compile": kernel.speedup_vs_compile_median, "runs": kernel.runs,
+                     "worker_medians": kernel.worker_medians,
                      "launched": launched.speedup if launched else None,
                      "implausible": kernel.implausible, "wall_s": round(time.monotonic() - start, 2)})
     medians = [r["median"] for r in rows if r["median"] is not None]
@@ -117,8 +123,8 @@ def confirm_repeatedly(name: str, evaluator: LocalEvaluator, source: str, built,
 def table(results: list[dict]) -> str:
     times = max((len(r["rows"]) for r in results), default=0)
     head = "| task | its turn | " + " | ".join(f"#{i + 1} median (95% interval)" for i in range(times))
-    lines = [head + " | (max-min)/median | its turn vs median | with launches | rounds | s each |",
-             "|---|---:|" + "---:|" * times + "---:|---:|---:|---:|---:|"]
+    lines = [head + " | (max-min)/median | its turn vs median | with launches | one worker's spread | rounds "
+             "| s each |", "|---|---:|" + "---:|" * times + "---:|---:|---:|---:|---:|---:|"]
     for res in results:
         cells = []
         for row in res["rows"]:
@@ -134,8 +140,13 @@ def table(results: list[dict]) -> str:
         off = f"{res['turn_vs_confirmed_pct']:+.2f}%" if res.get("turn_vs_confirmed_pct") is not None else "-"
         launched = [row["launched"] for row in res["rows"] if row.get("launched")]
         with_launches = f"{statistics.median(launched):.3f}x" if launched else "-"
+        # Inside each confirmation, how far its workers' own medians lay apart (what one worker
+        # alone would have read): the median of that over the confirmations.
+        inside = [(max(m) - min(m)) / statistics.median(m) * 100
+                  for m in (row.get("worker_medians") or [] for row in res["rows"]) if len(m) > 1]
+        workers = f"{statistics.median(inside):.2f}%" if inside else "-"
         lines.append(f"| {res['task']} | {turn} | " + " | ".join(cells) + f" | {spread} | {off} | {with_launches} | "
-                     f"{'/'.join(map(str, runs))} | {wall:.1f} |")
+                     f"{workers} | {'/'.join(map(str, runs))} | {wall:.1f} |")
     return "\n".join(lines)
 
 
@@ -149,6 +160,9 @@ def main() -> int:
                         help="add the KernelBench-size tasks (cuda), each confirmed this many times")
     parser.add_argument("--busy", type=int, default=0,
                         help="also confirm the --tasks beside this many busy C++ compiles")
+    parser.add_argument("--busy-only", action="store_true", help="with --busy: only beside the compiles")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="confirmation workers whose rounds are pooled (default: the device's confirm_workers)")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     device = args.device or detect_device()
@@ -157,11 +171,11 @@ def main() -> int:
     # The builds side by side (the device lock keeps their timings apart), the confirmations one
     # after another.
     with ThreadPoolExecutor(len(names)) as pool:
-        ready = list(pool.map(lambda n: prepared(n, device, args.rounds), names))
+        ready = list(pool.map(lambda n: prepared(n, device, args.rounds, args.workers), names))
     print(f"built and evaluated: {', '.join(names)}", file=sys.stderr, flush=True)
     results = []
     try:
-        for busy in ([0, args.busy] if args.busy else [0]):
+        for busy in ([args.busy] if args.busy and args.busy_only else [0, args.busy] if args.busy else [0]):
             with busy_builds(busy):
                 for name, (evaluator, source, built) in zip(names, ready):
                     if busy and name not in examples:

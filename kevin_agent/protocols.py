@@ -123,8 +123,9 @@ class Evaluator(Protocol):
 
     def confirm(self, sources: Sequence[str]) -> Confirmation:
         """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
-        interleaved, in one worker: one verdict per source, in order (a kernel that fails is
-        dropped with the reason, never an exception). After ``abort`` it returns promptly."""
+        interleaved, in each of ``confirm_workers`` workers, their rounds pooled: one verdict per
+        source, in order (a kernel that fails is dropped with the reason, never an exception).
+        After ``abort`` it returns promptly."""
         ...
 
     def abort(self) -> None:

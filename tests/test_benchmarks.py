@@ -33,15 +33,31 @@ def test_turn_benchmark_runs_on_the_cpu(tmp_path):
 def test_confirm_benchmark_runs_on_the_cpu(tmp_path):
     out = tmp_path / "confirm.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "confirm.py"), "--device", "cpu", "--times", "2",
-                           "--rounds", "20", "--tasks", "rmsnorm", "--out", str(out)],
+                           "--rounds", "20", "--tasks", "rmsnorm", "--workers", "2", "--out", str(out)],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "| task | its turn | #1 median (95% interval) | #2 median (95% interval) | (max-min)/median |" in proc.stdout
+    assert "| one worker's spread |" in proc.stdout
     (res,) = json.loads(out.read_text())
     assert res["task"] == "rmsnorm" and len(res["rows"]) == 2 and res["spread_pct"] >= 0
     for row in res["rows"]:
         low, high = row["ci95"]
-        assert row["verified"] and low <= row["median"] <= high and 20 >= row["runs"] > 0
+        # Two workers' rounds, pooled: at most twenty each.
+        assert row["verified"] and low <= row["median"] <= high and 40 >= row["runs"] > 20
+        assert len(row["worker_medians"]) == 2
+
+
+@pytest.mark.slow
+def test_placement_benchmark_runs_its_three_conditions_on_the_cpu(tmp_path):
+    out = tmp_path / "placement.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "placement.py"), "--device", "cpu", "--tasks",
+                           "rmsnorm", "--processes", "2", "--pools", "2", "--turns", "2", "--cache", str(tmp_path),
+                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for condition in ("inputs", "params", "flush"):
+        assert f"| rmsnorm | {condition} | 2 |" in proc.stdout
+    rows = json.loads(out.read_text())["rmsnorm"]["rows"]
+    assert len(rows) == 2 and all(len(r["raw"]["params"]["kernel"]) == 4 for r in rows)
 
 
 def _generation_benchmark():

@@ -95,6 +95,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     _flag(e, "eval_gpu", type=int, metavar="N")
     _flag(e, "confirm_top", type=_positive_int, metavar="N")
     _flag(e, "confirm_rounds", type=_positive_int, metavar="N")
+    _flag(e, "confirm_workers", type=_positive_int, metavar="N")
     _add_eval_flags(e)
     o = p.add_argument_group("output")
     o.add_argument("--headless", action="store_true", help="plain progress on stderr, no terminal UI")

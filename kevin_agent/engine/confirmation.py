@@ -4,7 +4,8 @@ Every turn's speedup is one noisy measurement with its own re-timed reference, a
 many noisy numbers is biased upwards. So at the end of a run (and before ``--target-speedup``
 ends one) the best few *distinct* verified kernels, by their turns' own speedups (the same
 source in two turns counts once), are verified again on fresh seeds and timed head to head with
-the reference in one worker (``evaluate/worker/confirmation.py``). From then on the confirmation decides:
+the reference in each of a few workers, their rounds pooled (``evaluate/worker/confirmation.py``,
+``evaluate/rounds.py``). From then on the confirmation decides:
 the winner is the confirmed kernel with the highest median, every headline number is its own,
 and a kernel the second look dropped is never delivered.
 

@@ -388,7 +388,7 @@ class Engine:
 
 _CONFIRMATION_SETTINGS = {"correctness_trials", "tolerance", "atol", "rtol", "reference_tf32", "warmup_runs",
                           "timed_runs", "compare_compile", "op_audit", "cpu_threads", "confirm_rounds",
-                          "bandwidth_gb_s", "seed"}
+                          "confirm_workers", "bandwidth_gb_s", "seed"}
 """The settings a confirmation depends on: with others, the run's best kernels are confirmed again."""
 
 

@@ -61,6 +61,17 @@ class Job(BaseModel):
     control_fd: int
 
 
+class KernelRounds(BaseModel):
+    """A confirmation worker's raw times of one kernel and of what it was timed against, round by
+    round (ms): the parent pools them over its workers (``rounds.pooled``)."""
+
+    kernel_ms: list[float]
+    reference_ms: list[float]
+    compiled_ms: list[float] | None = None
+    launched_kernel_ms: list[float] = Field(default_factory=list)
+    launched_reference_ms: list[float] = Field(default_factory=list)
+
+
 class WorkerReply(BaseModel):
     ok: bool
     error_kind: Literal["", "task", "environment", "compile", "runtime", "harness"] = ""
@@ -71,6 +82,8 @@ class WorkerReply(BaseModel):
     """Run mode: the result as far as the worker knows it (no compile fields)."""
     confirmed: list[Confirmed] | None = None
     """Confirm mode: one verdict per kernel, in order."""
+    rounds: list[KernelRounds | None] | None = None
+    """Confirm mode: each kernel's rounds, beside its verdict (None: it was not timed)."""
     memory: MemoryUse | None = None
     """Confirm mode: the worker's peak memory from its first fresh set to its last verdict."""
     probe: TaskProbe | None = None

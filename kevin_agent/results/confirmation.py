@@ -56,6 +56,9 @@ class Confirmed(BaseModel):
     """Its median time over the rounds beat the physical floor (see ``EvalResult.implausible``)."""
     floor: RuntimeFloor | None = None
     flags: list[str] = Field(default_factory=list)
+    worker_medians: list[float] = Field(default_factory=list)
+    """Each confirmation worker's own median, where several pooled their rounds into the one above
+    (``evaluate/rounds.py`` says why): how far a single process's number strays."""
 
     def headline(self) -> ConfirmedSpeedup | None:
         if not self.verified or self.speedup_median is None or self.ci95 is None:
@@ -65,15 +68,19 @@ class Confirmed(BaseModel):
 
 
 class Confirmation(BaseModel):
-    """The best few distinct kernels of a run, confirmed together in one worker."""
+    """The best few distinct kernels of a run, confirmed together: verified again and timed head to
+    head in each of a few workers, their rounds pooled."""
 
     kernels: list[Confirmed]
     """In the order of their turns' own speedups, best first."""
     seed: int
-    """Base seed of the fresh inputs (drawn for this confirmation; the run's seeds are far below it)."""
+    """Base seed of the first worker's fresh inputs (drawn for this confirmation; the run's seeds are
+    far below it)."""
+    seeds: list[int] = Field(default_factory=list)
+    """Every worker's base seed, where several confirmed the kernels (each on fresh inputs of its own)."""
     device_name: str = ""
     memory: MemoryUse | None = None
-    """The confirmation worker's peak memory, against the task's footprint."""
+    """The highest peak memory of the confirmation's workers, against the task's footprint."""
     key: str = ""
     """What was confirmed and how (the kernels' sources, the settings): a run that ends again with
     the same candidates and settings reuses this confirmation."""

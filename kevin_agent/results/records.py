@@ -259,6 +259,8 @@ class TaskView(BaseModel):
 
 class ConfirmationView(BaseModel):
     seed: int
+    seeds: list[int] = Field(default_factory=list)
+    """Every confirmation worker's base seed (each verified on fresh inputs of its own)."""
     created_at: str = ""
     kernels: list[Confirmed]
 

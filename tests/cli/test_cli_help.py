@@ -61,7 +61,7 @@ def test_run_help_says_what_was_cut_and_says_it_the_right_way_round():
     proc = kevin("run", "--help")
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())
-    assert "it stops sooner once each kernel's 95% interval is within 1% of its median" in text
+    assert "a worker stops sooner once each kernel's 95% interval is within 1% of its median" in text
     assert "and plainly whenever that fails (see docs/evaluation.md)" in text
     assert "less the model's share" in text
     helps = {o: a.help.replace("%%", "%") for a in options("run") for o in a.option_strings}

@@ -1,9 +1,11 @@
 """Confirmation: the best kernels verified again on fresh seeds and timed head to head with the
-reference in one worker (real worker processes on the cpu device; Python candidates, no compile)."""
+reference in each of a few workers, their rounds pooled (real worker processes on the cpu device;
+Python candidates, no compile)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from contextlib import contextmanager
 
@@ -21,7 +23,8 @@ from kevin_agent.config import RunConfig
 from kevin_agent.engine.confirmation import candidates, confirmation_key, current, winner
 from kevin_agent.delivery import plan_delivery
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
-from kevin_agent.evaluate.worker.confirmation import MIN_ROUNDS, may_stop, median_interval
+from kevin_agent.evaluate.rounds import median_interval
+from kevin_agent.evaluate.worker.confirmation import MIN_ROUNDS, may_stop
 from kevin_agent.formatting import confirmed_line
 from kevin_agent.delivery.kernel_module import render_kernel_module
 from kevin_agent.run.launch import start_run
@@ -140,6 +143,68 @@ def test_a_kernel_below_the_floor_is_confirmed_and_flagged(scale_task, tmp_path)
     assert kernel.floor.floor_ms > kernel.runtime.median_ms
     assert any(f.startswith("implausible runtime") for f in kernel.flags)
     assert kernel.floor.bandwidth_source == "given" and any("GB/s given" in f for f in kernel.flags)
+
+
+def test_several_workers_each_verify_on_fresh_inputs_and_their_rounds_are_pooled(scale_task, tmp_path):
+    with _probed(scale_task, _settings(tmp_path, confirm_workers=2)) as ev:
+        confirmation = ev.confirm([TWICE_PLUS_ONE, MEMORISED.format(otherwise=WRONG)])
+    kernel, memorised = confirmation.kernels
+    assert len(confirmation.seeds) == 2 and len(set(confirmation.seeds)) == 2 and confirmation.seed in confirmation.seeds
+    assert kernel.verified, kernel.error
+    assert kernel.trials == kernel.trials_passed == 10  # five trials in each worker, each on its own inputs
+    assert len(kernel.worker_medians) == 2
+    # One median over both workers' rounds: between the two workers' own.
+    assert 2 * MIN_ROUNDS <= kernel.runs <= 80 and kernel.runtime.runs == kernel.reference.runs == kernel.runs
+    low, high = min(kernel.worker_medians), max(kernel.worker_medians)
+    assert low - 1e-9 <= kernel.speedup_median <= high + 1e-9
+    assert kernel.ci95[0] <= kernel.speedup_median <= kernel.ci95[1]
+    # Fresh inputs in every worker: the kernel that knows the run's is dropped, with a worker's seed.
+    assert not memorised.verified and "elements differ" in memorised.error
+    assert int(memorised.error.split("(seed ")[1].split(",")[0]) in confirmation.seeds
+
+
+def _timed(kernel_ms: list[float], reference_ms: list[float]):
+    from kevin_agent.evaluate.jobs import KernelRounds
+    from kevin_agent.evaluate.rounds import ratios, stats
+
+    speedups = ratios(reference_ms, kernel_ms)
+    verdict = Confirmed(verified=True, speedup_median=statistics.median(speedups), ci95=list(median_interval(speedups)),
+                        runs=len(speedups), runtime=stats(kernel_ms), reference=stats(reference_ms), trials=5,
+                        trials_passed=5, max_abs_err=1e-6)
+    return verdict, KernelRounds(kernel_ms=kernel_ms, reference_ms=reference_ms)
+
+
+def test_pooled_rounds_give_one_median_over_every_worker_and_the_floor_is_the_pooled_medians():
+    from kevin_agent.evaluate.plausibility import implausibility, runtime_floor
+    from kevin_agent.evaluate.rounds import pooled
+
+    # Two workers whose kernel reads 10% apart (where their code lies): the pooled median lies
+    # between theirs, over all forty rounds.
+    fast = _timed([1.0] * 20, [4.0] * 20)
+    slow = _timed([1.1] * 20, [4.0] * 20)
+    verdict = pooled([fast[0], slow[0]], [fast[1], slow[1]])
+    assert verdict.verified and verdict.runs == 40 and verdict.runtime.runs == 40
+    assert verdict.worker_medians == [4.0, 4.0 / 1.1]
+    assert 4.0 / 1.1 <= verdict.speedup_median <= 4.0
+    assert verdict.trials == verdict.trials_passed == 10
+    # The floor flags the pooled median, whatever each worker's own said: the pooled 1.05 ms against
+    # a floor of 1.05 ms is not below it, though the fast worker's 1.0 ms was.
+    floor = runtime_floor(1_050_000, 1e6 / 1.25, device="cuda")
+    assert floor.floor_ms == pytest.approx(1.05)
+    compile_flag = "torch.compile of the reference failed, not compared: x"
+    flagged = fast[0].model_copy(update={"floor": floor, "implausible": True,
+                                         "flags": [compile_flag, implausibility(1.0, floor)]})
+    verdict = pooled([flagged, slow[0].model_copy(update={"floor": floor, "flags": [compile_flag]})],
+                     [fast[1], slow[1]])
+    assert verdict.runtime.median_ms == pytest.approx(1.05)
+    assert not verdict.implausible and verdict.flags == [compile_flag]
+    # Below it, the pooled verdict is flagged once, with the pooled median's numbers.
+    verdict = pooled([flagged, flagged], [fast[1], fast[1]])
+    assert verdict.implausible and verdict.flags == [compile_flag, implausibility(1.0, floor)]
+    # A kernel one worker dropped is dropped, with that worker's reason.
+    dropped = Confirmed(error="trial 2 of 5 (seed 1000123): 7 elements differ", trials=2, trials_passed=1)
+    verdict = pooled([fast[0], dropped], [fast[1], None])
+    assert not verdict.verified and verdict.error == dropped.error and verdict.trials == 7
 
 
 # --- which kernels, and which one wins ---------------------------------------------------------

@@ -41,7 +41,8 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord], *, e2e: E2ER
         model=info.model, turns_per_trajectory=info.turns, trajectories=info.trajectories, status_counts=counts,
         best=BestView.of(best, best.record.kernel_path) if best is not None and best.record.eval is not None else None,
         confirmation=None if confirmation is None else ConfirmationView(
-            seed=confirmation.seed, created_at=confirmation.created_at, kernels=list(confirmation.kernels)),
+            seed=confirmation.seed, seeds=confirmation.seeds, created_at=confirmation.created_at,
+            kernels=list(confirmation.kernels)),
         flags=[FlagView(trajectory=r.trajectory, turn=r.turn, flag=flag)
                for r in records if r.eval is not None for flag in r.eval.flags],
         turns=turn_views(records), stage_totals_s=stage_totals(records), commit=info.commit, e2e=e2e,

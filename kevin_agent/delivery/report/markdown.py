@@ -186,23 +186,28 @@ def _best_section(best: Winner) -> list[str]:
 
 
 def _confirmation_section(confirmation: Confirmation) -> list[str]:
+    workers = max(len(confirmation.seeds), 1)
+    how = ("in one worker" if workers == 1 else
+           f"in each of {workers} workers, each on fresh inputs of its own, their rounds pooled")
     lines = ["## Confirmation", "",
              f"The best {len(confirmation.kernels)} distinct kernels by their turns' own speedups, verified again "
-             "and timed head to head in one worker:", "",
-             "| kernel | its turn | confirmed | 95% interval | vs `torch.compile` | rounds | verdict |",
-             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+             f"and timed head to head {how}:", "",
+             "| kernel | its turn | confirmed | 95% interval | each worker | vs `torch.compile` | rounds | verdict |",
+             "| --- | ---: | ---: | --- | --- | ---: | ---: | --- |"]
     best = confirmation.winner
     for k in confirmation.kernels:
         if k.verified and k.ci95 is not None:
             verdict = "**winner**" if k is best else "confirmed"
             if k.implausible:
                 verdict += ", flagged: below the physical floor"
-            cells = [f"{k.speedup_median:.2f}x", f"{k.ci95[0]:.2f}x - {k.ci95[1]:.2f}x",
+            each = (f"{min(k.worker_medians):.2f}x - {max(k.worker_medians):.2f}x"
+                    if len(k.worker_medians) > 1 else "-")
+            cells = [f"{k.speedup_median:.2f}x", f"{k.ci95[0]:.2f}x - {k.ci95[1]:.2f}x", each,
                      f"{k.speedup_vs_compile_median:.2f}x" if k.speedup_vs_compile_median is not None else "-",
                      str(k.runs)]
         else:
             verdict = "dropped: " + confirmed_line(k).split(": ", 1)[1].replace("|", "/")
-            cells = ["-", "-", "-", "-"]
+            cells = ["-", "-", "-", "-", "-"]
         run = f"{k.run_speedup:.2f}x" if k.run_speedup is not None else "-"
         lines.append(f"| trajectory {k.trajectory}, turn {k.turn} | {run} | " + " | ".join(cells) + f" | {verdict} |")
     return lines

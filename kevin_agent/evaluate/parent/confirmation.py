@@ -1,17 +1,22 @@
 """The parent's side of a confirmation (``worker.confirmation`` is the worker's): ``Confirmations.confirm``
-(the evaluator's ``confirm``), the fresh seed, the time limit of the head-to-head timing, and the
-words for a kernel that took the worker down.
+(the evaluator's ``confirm``), the fresh seeds, the time limit of the head-to-head timing, and the
+words for a kernel that took a worker down.
 
-``confirm`` builds the kernels (cache hits: the run built them), runs them all in
-one worker that shares the device while it checks and has it alone while it times, and follows
-the ``kernel <i>`` lines the worker writes: a crash, a hang or a rebinding of the harness is the
-last named kernel's, which is dropped with the reason; the others are confirmed again without it.
+``confirm`` builds the kernels (cache hits: the run built them) and confirms them all in each of
+``confirm_workers`` workers, as many at once as the device's memory takes evaluations: each on
+fresh inputs of its own, sharing the device while it checks and having it alone while it times.
+It follows the ``kernel <i>`` lines a worker writes: a crash, a hang or a rebinding of the harness
+is the last named kernel's, which is dropped with the reason, and the others are confirmed again
+without it. A kernel is confirmed where every worker verified it; its numbers are all the
+workers' rounds pooled (``rounds.pooled``: one process cannot average out where its own kernels
+lie, several can).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +27,7 @@ from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
 from .pool import WorkerProcess, WorkerRun, WorkerSet
 from ..reference import Limit, ReferenceData, moved_inputs, scaled_limit, stage_limit
+from ..rounds import pooled
 from .builds import Build, Builds
 from .warm import WarmPool
 
@@ -67,6 +73,8 @@ class ConfirmationHost(Protocol):
     scratch: Path
     builds: Builds
     workers_running: WorkerSet
+    at_once: int
+    """Evaluations the device's memory takes at once (the probe's plan)."""
 
     @property
     def aborted(self) -> bool: ...
@@ -85,12 +93,13 @@ class Confirmations:
         self.host = host
 
     def confirm(self, sources: Sequence[str]) -> Confirmation:
-        """Verify ``sources`` again on fresh seeds and time them head to head with the reference,
-        all in one worker (``worker.confirmation``): one verdict per source, in order. A kernel that takes
-        the worker down is dropped with the reason, and the others are confirmed again without it."""
+        """Verify ``sources`` again on fresh seeds and time them head to head with the reference in
+        each of ``confirm_workers`` workers (``worker.confirmation``): one verdict per source, in order,
+        over all the workers' rounds. A kernel that takes a worker down is dropped with the reason,
+        and the others are confirmed again without it."""
         host = self.host
         host.probe()
-        seed = fresh_seed(host.settings)
+        seeds = [fresh_seed(host.settings) for _ in range(host.settings.confirm_workers)]
         verdicts: list[Confirmed | None] = [None] * len(sources)
         builds: list[Build] = []
         used: MemoryUse | None = None
@@ -100,12 +109,19 @@ class Confirmations:
                 if not builds[-1].ok:
                     verdicts[i] = Confirmed(error=f"it no longer builds: {builds[-1].error}")
             while todo := [i for i, v in enumerate(verdicts) if v is None]:
-                reply, error, named = self._confirm_in_worker([builds[i] for i in todo], seed)
-                if reply is not None:
-                    used = reply.memory
-                    for i, verdict in zip(todo, reply.confirmed):
-                        verdicts[i] = verdict
-                elif named is None:
+                outcomes = self._confirm_in_workers([builds[i] for i in todo], seeds)
+                failed = next((o for o in outcomes if o[0] is None and o[2] is not None), None) or next(
+                    (o for o in outcomes if o[0] is None), None)
+                if failed is None:
+                    replies = [o[0] for o in outcomes]
+                    used = max((r.memory for r in replies if r.memory is not None),
+                               key=lambda m: m.peak_reserved_bytes, default=None)
+                    for j, i in enumerate(todo):
+                        verdicts[i] = pooled([r.confirmed[j] for r in replies],
+                                             [r.rounds[j] if r.rounds else None for r in replies])
+                    continue
+                _, error, named = failed
+                if named is None:
                     for i in todo:
                         verdicts[i] = Confirmed(error=f"the confirmation failed: {error}")
                 else:
@@ -113,7 +129,17 @@ class Confirmations:
         except GaveUp:
             pass
         kernels = [v if v is not None else Confirmed(error=INTERRUPTED) for v in verdicts]
-        return Confirmation(kernels=kernels, seed=seed, device_name=host.device_name, memory=used)
+        return Confirmation(kernels=kernels, seed=seeds[0], seeds=seeds, device_name=host.device_name, memory=used)
+
+    def _confirm_in_workers(self, builds: list[Build],
+                            seeds: list[int]) -> list[tuple[WorkerReply | None, str, int | None]]:
+        """``_confirm_in_worker`` once per seed, as many at once as the device's memory takes (their
+        timings still one at a time: the device gate gives each its turn alone)."""
+        if len(seeds) == 1:
+            return [self._confirm_in_worker(builds, seeds[0])]
+        at_once = max(1, min(len(seeds), self.host.at_once))
+        with ThreadPoolExecutor(at_once, thread_name_prefix="kevin-confirm") as pool:
+            return list(pool.map(lambda seed: self._confirm_in_worker(builds, seed), seeds))
 
     def _confirm_in_worker(self, builds: list[Build], seed: int) -> tuple[WorkerReply | None, str, int | None]:
         """One confirmation worker for ``builds``: its reply (the verdicts, its peak memory), or
@@ -142,6 +168,7 @@ class Confirmations:
         try:
             holding.share()
             exceeded = worker.follow(limit=limit, answer=host.answer(holding), on_line=on_line)
+            holding.release()  # done with the device: another worker's timing need not wait for its end
             run = worker.result(exceeded)
         finally:
             holding.release()

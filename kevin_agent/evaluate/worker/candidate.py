@@ -19,7 +19,7 @@ from ..toolchain.cache import cpu_name
 from . import meter
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
-from .graphs import graph_column
+from .graphs import GRAPH_MAX_OUTPUT_BYTES, graph_column
 from ..memory import graph_output_budget, timing_placements
 from .guards import Integrity, audit_ops
 from ..jobs import Job, WorkerReply
@@ -28,7 +28,7 @@ from ..reference import MAX_SIGNATURES, TIMED_SIGNATURES, signature_rounds, sign
 from .taskcode import TaskProblem, call_factory, describe, import_file
 from .runs import Runs, hidden_work, hidden_work_refusal, speedup_of
 from .placements import Placements
-from .timing import GRAPH_MAX_OUTPUT_BYTES, Timer
+from .timing import Timer
 from .trials import ReferenceChanged, Trials
 
 

@@ -42,12 +42,13 @@ from .candidate import (RuleBroken, check_trials, compile_failed, device_name, n
                         refuse_hidden_work, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
-from ..jobs import Assignment, Job, WorkerReply
+from ..jobs import Assignment, Job, KernelRounds, WorkerReply
 from ..memory import timing_placements
 from ..plausibility import implausibility
 from .placements import Placements
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
-from .runs import Runs, ratios
+from ..rounds import median_interval, ratios, stats
+from .runs import Runs
 from .timing import Timer
 from .trials import ReferenceChanged, Trials, read_meta
 
@@ -59,23 +60,6 @@ by 3% between workers (docs/gpu-runs.md, run 20)."""
 CHECK_EVERY = 10
 PRECISION = 0.01
 """The rounds may stop once every kernel's 95% interval is within this share of its median."""
-LEVEL = 0.95
-
-
-def median_interval(values, level: float = LEVEL) -> tuple[float, float]:
-    """A distribution-free interval for the median: the order statistics (l, n + 1 - l) with l
-    the largest such that P(B <= l - 1) <= (1 - level) / 2, B ~ Binomial(n, 1/2), since the
-    number of values below the median is B. With too few values for ``level`` it is (min, max)."""
-    s = sorted(values)
-    n = len(s)
-    tail = (1 - level) / 2
-    cut, cdf = 0, 0.0
-    for j in range((n + 1) // 2):
-        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) - n * math.log(2))
-        if cdf > tail:
-            break
-        cut = j
-    return s[cut], s[n - 1 - cut]
 
 
 def may_stop(rounds: int, placements: int) -> bool:
@@ -103,8 +87,12 @@ class Timed:
     fn: Callable
     kernel: Kernel | None = None
     runs: Runs = field(default_factory=lambda: Runs([], []))
-    launched: TimingStats | None = None
-    """cuda: its time with its launches in it, after the rounds."""
+    launched_ms: list[float] = field(default_factory=list)
+    """cuda: its times with its launches in them, after the rounds."""
+
+    @property
+    def launched(self) -> TimingStats | None:
+        return stats(self.launched_ms) if self.launched_ms else None
 
     @property
     def mark(self) -> str:
@@ -222,6 +210,10 @@ class Confirming:
             with placements.at(0):
                 for entry in list(entries):
                     self._run(entry, entries, lambda e=entry: [e.fn(*self.timing) for _ in range(self.s.warmup_runs)])
+            for i in range(1, len(placements)):  # a first call at a placement allocates its memory
+                with placements.at(i) as timing:
+                    for entry in list(entries):
+                        self._run(entry, entries, lambda e=entry, a=timing: e.fn(*a))
             self.timer.sync()
             started = time.monotonic()
             rounds = 0
@@ -237,7 +229,8 @@ class Confirming:
                     break
             # With their launches in the time, beside the rounds' headline (``Timer.launched``).
             for entry in list(entries):
-                self._run(entry, entries, lambda e=entry: setattr(e, "launched", self.timer.launched(e.fn, self.timing)))
+                self._run(entry, entries,
+                          lambda e=entry: setattr(e, "launched_ms", self.timer.launched_ms(e.fn, self.timing)))
         placements.close()
         changed = self.integrity.changed()
         if changed:
@@ -283,14 +276,21 @@ class Confirming:
             compiled_reference=compiled.runs.stream if compiled is not None else None, launched=launched,
             implausible=flag is not None, floor=floor, flags=flags, **kernel.outcome.evidence())
 
-    def finish(self, reference: Timed, compiled: Timed | None, overhead_ms: float) -> list[Confirmed]:
+    def finish(self, reference: Timed, compiled: Timed | None,
+               overhead_ms: float) -> tuple[list[Confirmed], list[KernelRounds | None]]:
+        """Each kernel's verdict, and its raw rounds for the parent to pool with other workers'."""
         for kernel in self.kernels:
             if kernel.alive:
                 self.stage(Stage.CORRECTNESS)
                 self._guarded(kernel, lambda k=kernel: self._after(k, reference, compiled, overhead_ms))
-        return [k.verdict if k.alive and k.verdict is not None else
-                Confirmed(verified=False, error=k.error or "not confirmed", **k.outcome.evidence())
-                for k in self.kernels]
+        verdicts = [k.verdict if k.alive and k.verdict is not None else
+                    Confirmed(verified=False, error=k.error or "not confirmed", **k.outcome.evidence())
+                    for k in self.kernels]
+        rounds = [KernelRounds(kernel_ms=k.timed.stream_ms, reference_ms=reference.stream_ms,
+                               compiled_ms=compiled.stream_ms if compiled is not None else None,
+                               launched_kernel_ms=k.timed.launched_ms, launched_reference_ms=reference.launched_ms)
+                  if k.alive and k.verdict is not None and k.timed is not None else None for k in self.kernels]
+        return verdicts, rounds
 
 
 def do_confirm(job: Job, parent) -> WorkerReply:
@@ -303,9 +303,9 @@ def do_confirm(job: Job, parent) -> WorkerReply:
     try:
         confirming.verify()
         timed = confirming.time() if any(k.alive for k in confirming.kernels) else None
-        verdicts = confirming.finish(*timed) if timed is not None else confirming.finish(None, None, 0.0)
+        verdicts, rounds = confirming.finish(*timed) if timed is not None else confirming.finish(None, None, 0.0)
     except Tainted as exc:
         return WorkerReply(ok=False, error_kind="runtime", error=str(exc))
     parent.stage(Stage.DONE)
-    return WorkerReply(ok=True, confirmed=verdicts, device_name=device_name(job.settings.device),
+    return WorkerReply(ok=True, confirmed=verdicts, rounds=rounds, device_name=device_name(job.settings.device),
                        versions=versions(), memory=meter.use(job.settings.device, confirming.trials.meta.footprint))

@@ -36,7 +36,8 @@ _AUDITED_NAMESPACES = ("aten", "prims")
 
 _GUARDED_MODULES = ("torch", "torch._C", "torch.cuda", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension",
                     "time", "statistics", "builtins", "kevin_agent.evaluate.worker.correctness",
-                    "kevin_agent.evaluate.worker.timing", "kevin_agent.evaluate.worker.main",
+                    "kevin_agent.evaluate.worker.timing", "kevin_agent.evaluate.worker.graphs",
+                    "kevin_agent.evaluate.rounds", "kevin_agent.evaluate.worker.main",
                     "kevin_agent.evaluate.worker.candidate", "kevin_agent.evaluate.worker.trials",
                     "kevin_agent.evaluate.worker.confirmation",
                     "kevin_agent.evaluate.worker.taskcode", "kevin_agent.evaluate.worker.guards", "__main__")

@@ -1,16 +1,17 @@
-"""Timed runs and what they say: the statistics of a run's times, one callable's runs (on the
-stream and synchronised), the round-by-round ratios a speedup is the median of, and the rule for
-work that escapes the stream. Pure arithmetic on numbers ``timing.Timer`` measured; bound at
-import, before any candidate code runs, like the timer itself."""
+"""Timed runs and what they say: one callable's runs (on the stream and synchronised), the speedup
+of one over another, and the rule for work that escapes the stream. Pure arithmetic on numbers
+``timing.Timer`` measured (the statistics and ratios themselves are ``evaluate.rounds``, which the
+parent pools a confirmation's workers with); bound at import, before any candidate code runs, like
+the timer itself."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...results import SyncCheck, TimingStats
+from ..rounds import ratios, stats
 
 if TYPE_CHECKING:
     from .timing import Run
@@ -21,28 +22,6 @@ HIDDEN_ABS_MS = 0.008
 """Hidden work below this is noise in the synchronisation's own cost, never refused."""
 HIDDEN_REL = 0.10
 """Hidden work below this share of the stream time is never refused."""
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def stats(times_ms: Sequence[float], host_waits: int = 0) -> TimingStats:
-    s = sorted(times_ms)
-    return TimingStats(
-        median_ms=_median(s),
-        mean_ms=statistics.fmean(s),
-        std_ms=statistics.pstdev(s) if len(s) > 1 else 0.0,
-        min_ms=s[0],
-        max_ms=s[-1],
-        p10_ms=_quantile(s, 0.10),
-        p90_ms=_quantile(s, 0.90),
-        runs=len(s),
-        host_waits=host_waits,
-    )
 
 
 @dataclass
@@ -71,11 +50,6 @@ class Runs:
     def after_ms(self) -> float:
         """Median over runs of what the synchronisation added to the stream time."""
         return _median([b - a for a, b in zip(self.stream_ms, self.synced_ms)])
-
-
-def ratios(over_ms: Sequence[float], under_ms: Sequence[float]) -> list[float]:
-    """Round by round, one callable's time over another's (the reference's over a kernel's: its speedup)."""
-    return [a / max(b, 1e-9) for a, b in zip(over_ms, under_ms)]
 
 
 def speedup_of(reference: Runs, kernel: Runs) -> float:

@@ -34,23 +34,18 @@ rule: with
 a candidate is refused when ``hidden > max(HIDDEN_ABS_MS, HIDDEN_REL x its stream median)`` (``runs.hidden_work``;
 the statistics of the runs and the ratios a speedup is made of are ``runs`` as well).
 
-"In a CUDA graph" (``graph_time``): ``calls`` calls captured in one ``CUDAGraph`` on a stream of
-the timer's own, after warm-up; each replay is timed with stream events after a flush and a lead,
-and divided by ``calls``. Only the first call of a replay starts cold: this is the time inside a
-model that replays graphs (CUDA graphs, ``torch.compile(mode="reduce-overhead")``). A callable that
-cannot be captured raises ``NotCapturable``.
+The "in a CUDA graph" column times replays with this timer's flush and lead (``graphs.py``).
 
 cpu: ``time.perf_counter`` brackets the call, after the same kind of flush; the synchronised
 time is the same number, and there is no lead: the host is the device.
 
 The timer functions are bound when this module is imported, before any candidate code runs, so a
-candidate that rebinds ``torch.cuda.synchronize``, the event, stream or graph methods, the spin
-kernel or ``time.perf_counter`` does not change what is measured.
+candidate that rebinds ``torch.cuda.synchronize``, the event methods, the spin kernel or
+``time.perf_counter`` does not change what is measured.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -62,13 +57,13 @@ import torch
 
 from ...results import TimingStats
 from .placements import Placements
-from .runs import Runs, stats
+from ..rounds import stats
+from .runs import Runs
 
 _perf_counter = time.perf_counter
 _median = statistics.median
-# The C functions under torch.cuda.synchronize, torch.cuda.Event, torch.cuda.Stream and
-# torch.cuda.CUDAGraph: rebinding the Python wrappers (or the names in torch._C) after this
-# import does not reach these references.
+# The C functions under torch.cuda.synchronize and torch.cuda.Event: rebinding the Python wrappers
+# (or the names in torch._C) after this import does not reach these references.
 _c_sync = getattr(torch._C, "_cuda_synchronize", None)
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 _event_record = getattr(_EventBase, "record", None)
@@ -77,18 +72,7 @@ _event_wait = getattr(_EventBase, "synchronize", None)
 _event_query = getattr(_EventBase, "query", None)
 _spin = getattr(torch._C, "_cuda_sleep", None)
 _current_stream = torch.cuda.current_stream
-_StreamBase = getattr(torch._C, "_CudaStreamBase", None)
-_c_set_stream = getattr(torch._C, "_cuda_setStream", None)
-_GraphBase = getattr(torch._C, "_CUDAGraph", None)
-_graph_begin = getattr(_GraphBase, "capture_begin", None)
-_graph_end = getattr(_GraphBase, "capture_end", None)
-_graph_replay = getattr(_GraphBase, "replay", None)
 
-GRAPH_MAX_CALLS = 50
-GRAPH_TARGET_MS = 2.0
-"""Calls per graph: enough to fill about this long, at most GRAPH_MAX_CALLS."""
-GRAPH_MAX_OUTPUT_BYTES = 1 << 30
-"""The outputs of all captured calls stay alive in the graph's pool: at most this many bytes."""
 LEAD_MIN_MS = 0.05
 """The shortest lead the GPU is given before the start event."""
 LEAD_MAX_MS = 20.0
@@ -99,20 +83,9 @@ LAUNCHED_RUNS = 25
 """Runs of the ``launched`` column (the headline has ``timed_runs``)."""
 
 
-class NotCapturable(Exception):
-    """The callable cannot be captured in (or replayed from) a CUDA graph; the message says why."""
-
-
 def _cuda_sync() -> None:
     """Device-wide: waits for every stream of the current device, side streams included."""
     _c_sync()
-
-
-def graph_calls(stream_median_ms: float, output_bytes: int, budget: int = GRAPH_MAX_OUTPUT_BYTES) -> int:
-    """Calls to capture in one graph: about GRAPH_TARGET_MS of work, their outputs within ``budget``."""
-    by_time = math.ceil(GRAPH_TARGET_MS / max(stream_median_ms, 1e-6))
-    by_memory = budget // max(output_bytes, 1)
-    return max(1, min(GRAPH_MAX_CALLS, by_time, by_memory))
 
 
 def _cpu_cache_bytes() -> int:
@@ -130,10 +103,6 @@ def _cpu_cache_bytes() -> int:
 
 def _event():
     return _EventBase(enable_timing=True)
-
-
-def _set_stream(stream) -> None:
-    _c_set_stream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
 
 
 def _nothing() -> None:
@@ -159,20 +128,6 @@ class _Lead:
     ms: float
     waits: bool = False
     """Even the longest lead left the GPU waiting: the call synchronises inside."""
-
-
-@dataclass
-class GraphRun:
-    """A captured graph's per-call times and the output of its last call (each replay rewrites it)."""
-
-    stats: TimingStats
-    output: object
-    graph: object
-    """Keeps the graph, and with it the pool that holds ``output``, alive."""
-
-    def replay(self) -> None:
-        _graph_replay(self.graph)
-        _cuda_sync()
 
 
 class Timer:
@@ -235,6 +190,12 @@ class Timer:
                 for fn in fns:
                     for _ in range(warmup):
                         fn(*args)
+            # A call's first time at a placement allocates its outputs there (a fresh segment, its
+            # pages touched for the first time): not in the first turn of the timed rounds.
+            for i in range(1, len(placements)):
+                with placements.at(i) as args:
+                    for fn in fns:
+                        fn(*args)
             self.sync()
             for r in range(rounds):
                 with placements.at(r) as args:
@@ -279,7 +240,7 @@ class Timer:
         start, end, after = _event(), _event(), _event()
         stream = _current_stream()
         self.flush()
-        self._spin_for(lead_ms)
+        self.spin_for(lead_ms)
         _event_record(start, stream)
         fn(*args)
         _event_record(end, stream)
@@ -299,7 +260,7 @@ class Timer:
         _cuda_sync()
         return min(max(LEAD_MIN_MS, 2 * queued_ms), LEAD_MAX_MS)
 
-    def _spin_for(self, ms: float) -> None:
+    def spin_for(self, ms: float) -> None:
         """Keep the stream busy for about ``ms`` (a spin kernel of that many of the GPU's cycles)."""
         if self._cycles_per_ms is None:
             self._cycles_per_ms = self._spin_rate()
@@ -324,8 +285,13 @@ class Timer:
         """The call timed with the GPU idle at the start event, after a flush: its launches are in
         the time (the way KernelBench times, and the way an eager model pays). None on cpu, where
         the headline is already the host's time. The caller warms up and turns autograd off."""
+        times = self.launched_ms(fn, args, runs=runs)
+        return stats(times) if times else None
+
+    def launched_ms(self, fn: Callable, args: Sequence, *, runs: int = LAUNCHED_RUNS) -> list[float]:
+        """``launched``'s times, run by run (empty on cpu)."""
         if self.device != "cuda":
-            return None
+            return []
         stream = _current_stream()
         times = []
         with torch.no_grad():
@@ -338,67 +304,13 @@ class Timer:
                 _event_record(end, stream)
                 _cuda_sync()
                 times.append(float(_event_elapsed(start, end)))
-        return stats(times)
+        return times
 
     def sync_overhead_ms(self, runs: int) -> float:
         """What a device-wide sync before the end mark adds on an empty call (0 on cpu)."""
         if self.device != "cuda":
             return 0.0
         return self.runs(_nothing, (), warmup=2, runs=runs).after_ms
-
-    def graph_time(self, fn: Callable, args: Sequence, *, calls: int, replays: int, warmup: int = 3) -> GraphRun:
-        """Per-call time of ``calls`` calls of ``fn`` captured in one CUDA graph, over ``replays`` replays."""
-        if self.device != "cuda" or _graph_begin is None or _c_set_stream is None:
-            raise NotCapturable("CUDA graphs exist on the cuda device only")
-        graph = _GraphBase()
-        output = self._capture(graph, fn, args, calls=calls, warmup=warmup)
-        stream = _current_stream()
-        times = []
-        for _ in range(replays):
-            start, end = _event(), _event()
-            self.flush()
-            self._spin_for(LEAD_MIN_MS)
-            _event_record(start, stream)
-            _graph_replay(graph)
-            _event_record(end, stream)
-            _event_wait(end)
-            times.append(float(_event_elapsed(start, end)) / calls)
-        _cuda_sync()
-        return GraphRun(stats(times), output, graph)
-
-    def _capture(self, graph, fn: Callable, args: Sequence, *, calls: int, warmup: int):
-        # Capture needs a stream other than the legacy default one; warm-up on it first
-        # (lazy initialisation, library handles and workspaces must not happen inside the capture).
-        home = _current_stream()
-        side = _StreamBase(priority=0)
-        error: BaseException | None = None
-        output = None
-        _cuda_sync()
-        _set_stream(side)
-        try:
-            with torch.no_grad():
-                for _ in range(warmup):
-                    fn(*args)
-                _cuda_sync()
-                _graph_begin(graph, pool=None, capture_error_mode="global")
-                try:
-                    for _ in range(calls):
-                        output = fn(*args)
-                except Exception as exc:  # candidate code: anything may come out of it
-                    error = exc
-                try:
-                    _graph_end(graph)
-                except Exception as exc:
-                    error = error or exc
-        except Exception as exc:
-            error = error or exc
-        finally:
-            _set_stream(home)
-        if error is not None:
-            _settle()
-            raise NotCapturable(reason(error)) from None
-        _cuda_sync()
-        return output
 
     def bandwidth_bytes_per_ms(self) -> float:
         """Measured memory bandwidth (a copy: bytes read + bytes written), for the runtime floor.
@@ -420,17 +332,3 @@ class Timer:
             torch.set_num_threads(threads)
         return 2 * n / max(result.min_ms, 1e-6)
 
-
-def _settle() -> None:
-    """After a failed capture: wait for the device; an error that surfaces here is the capture's."""
-    try:
-        _cuda_sync()
-    except RuntimeError:
-        return
-
-
-def reason(exc: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]

@@ -18,7 +18,7 @@ from ...evaluate.worker.candidate import device_name, versions
 from ...evaluate.worker.correctness import Mismatch, Outcome, compare
 from ...evaluate.worker.main import Parent, finish, start
 from ...evaluate.worker.taskcode import describe, import_file
-from ...evaluate.worker.runs import ratios
+from ...evaluate.rounds import ratios
 from ...evaluate.worker.placements import Placements
 from ...evaluate.worker.timing import Timer
 from ..jobs import E2ERun, ModelJob, ModelReply

@@ -1,0 +1,112 @@
+"""Timed rounds as numbers: the statistics of a callable's runs, the round-by-round ratios a
+speedup is the median of, a distribution-free interval for that median, and a confirmation's
+verdicts pooled over its workers.
+
+Pure arithmetic, no torch: a worker computes its own numbers with it (bound at import, before any
+candidate code runs), and the parent pools the rounds of a confirmation's workers with the same
+functions, so that a confirmed speedup is one median over every round of every worker.
+
+Why a confirmation has several workers: where a process's kernels and buffers happen to lie in the
+GPU's memory moves a microsecond call's time, and a process cannot move all of it (its kernels'
+code stays where the driver loaded it). On the H200 the example rmsnorm kernel read medians 4.31x
+to 4.45x in six processes, each steady to 0.5% over 512 rounds at 64 placements of its inputs and
+parameters (docs/gpu-runs.md, run 31): the interval of one worker's rounds does not cover what the
+next worker reads. Rounds pooled over several workers average that over the processes too.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from ..results import Confirmed, LaunchedTiming, TimingStats
+from .plausibility import implausibility
+
+_median = statistics.median
+
+LEVEL = 0.95
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def stats(times_ms: Sequence[float], host_waits: int = 0) -> TimingStats:
+    s = sorted(times_ms)
+    return TimingStats(
+        median_ms=_median(s),
+        mean_ms=statistics.fmean(s),
+        std_ms=statistics.pstdev(s) if len(s) > 1 else 0.0,
+        min_ms=s[0],
+        max_ms=s[-1],
+        p10_ms=_quantile(s, 0.10),
+        p90_ms=_quantile(s, 0.90),
+        runs=len(s),
+        host_waits=host_waits,
+    )
+
+
+def ratios(over_ms: Sequence[float], under_ms: Sequence[float]) -> list[float]:
+    """Round by round, one callable's time over another's (the reference's over a kernel's: its speedup)."""
+    return [a / max(b, 1e-9) for a, b in zip(over_ms, under_ms)]
+
+
+def median_interval(values, level: float = LEVEL) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics (l, n + 1 - l) with l
+    the largest such that P(B <= l - 1) <= (1 - level) / 2, B ~ Binomial(n, 1/2), since the
+    number of values below the median is B. With too few values for ``level`` it is (min, max)."""
+    s = sorted(values)
+    n = len(s)
+    tail = (1 - level) / 2
+    cut, cdf = 0, 0.0
+    for j in range((n + 1) // 2):
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) - n * math.log(2))
+        if cdf > tail:
+            break
+        cut = j
+    return s[cut], s[n - 1 - cut]
+
+
+def pooled(verdicts: Sequence[Confirmed], rounds: Sequence) -> Confirmed:
+    """One kernel's verdicts from a confirmation's workers (``rounds[i]``: worker i's raw times of
+    it, a ``jobs.KernelRounds``, None where it was not timed), as one verdict: verified where every
+    worker verified it (else the first worker's reason for dropping it), its numbers taken over all
+    the workers' rounds together, the physical floor applied to the pooled median, and each
+    worker's own median kept beside them."""
+    trials = {"trials": sum(v.trials for v in verdicts), "trials_passed": sum(v.trials_passed for v in verdicts),
+              "max_abs_err": max((v.max_abs_err for v in verdicts if v.max_abs_err is not None), default=None),
+              "max_rel_err": max((v.max_rel_err for v in verdicts if v.max_rel_err is not None), default=None)}
+    dropped = next((v for v in verdicts if not v.verified), None)
+    if dropped is not None:
+        return dropped.model_copy(update=trials)
+    first = verdicts[0]
+    if len(verdicts) == 1 or any(r is None for r in rounds):
+        return first.model_copy(update={"worker_medians": [v.speedup_median for v in verdicts]})
+    kernel = [t for r in rounds for t in r.kernel_ms]
+    reference = [t for r in rounds for t in r.reference_ms]
+    speedups = ratios(reference, kernel)
+    runtime = stats(kernel, sum(v.runtime.host_waits for v in verdicts if v.runtime is not None))
+    update: dict = {**trials, "speedup_median": _median(speedups), "ci95": list(median_interval(speedups)),
+                    "runs": len(speedups), "runtime": runtime, "reference": stats(reference),
+                    "worker_medians": [v.speedup_median for v in verdicts]}
+    if all(r.compiled_ms for r in rounds):
+        compiled = [t for r in rounds for t in r.compiled_ms]
+        vs_compile = ratios(compiled, kernel)
+        update.update(compiled_reference=stats(compiled), speedup_vs_compile_median=_median(vs_compile),
+                      vs_compile_ci95=list(median_interval(vs_compile)))
+    if all(r.launched_kernel_ms and r.launched_reference_ms for r in rounds):
+        launched_kernel = stats([t for r in rounds for t in r.launched_kernel_ms])
+        launched_reference = stats([t for r in rounds for t in r.launched_reference_ms])
+        update["launched"] = LaunchedTiming(runtime=launched_kernel, reference=launched_reference,
+                                            speedup=launched_reference.median_ms / max(launched_kernel.median_ms, 1e-9))
+    if first.floor is not None:
+        # Each worker flagged (or not) its own median; the verdict's flag is the pooled median's.
+        own = {implausibility(v.runtime.median_ms, v.floor) for v in verdicts if v.runtime and v.floor}
+        flag = implausibility(runtime.median_ms, first.floor)
+        update["flags"] = [f for f in first.flags if f not in own] + ([flag] if flag else [])
+        update["implausible"] = flag is not None
+    return first.model_copy(update=update)
