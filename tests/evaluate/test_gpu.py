@@ -114,8 +114,12 @@ def test_compile_that_hangs_is_killed_and_the_next_candidate_runs(add_task, tric
     assert after.status is Status.CORRECT, after.error
 
 
-def test_honest_load_inline_kernel_compiles_verifies_and_beats_eager(add_task):
-    """The real path: a cold load_inline build, 100 timed runs, torch.compile compared."""
+def test_honest_load_inline_kernel_compiles_verifies_and_pays_for_its_synchronisation(add_task):
+    """The real path: a cold load_inline build, 100 timed runs, torch.compile compared. The kernel
+    is the plain one-thread-per-element add, and its forward calls torch.cuda.synchronize(): the
+    host waits on the GPU inside the call, no lead gets the call queued whole, and each timed run
+    is counted as such and carries the wait (on the H200: 0.038 ms against eager's 0.014, where the
+    same kernel without the synchronisation reads 0.016)."""
     honest = (CHEATS / "honest_cuda.py").read_text()
     evaluator = LocalEvaluator(add_task, gpu_settings(compare_compile=True, warmup_runs=10, timed_runs=100,
                                                    run_timeout_s=300))
@@ -124,7 +128,8 @@ def test_honest_load_inline_kernel_compiles_verifies_and_beats_eager(add_task):
     report_row("honest", "honest_cuda.py (load_inline)", res)
     assert res.status is Status.CORRECT, res.error
     assert res.runtime.runs == 100 and res.reference.runs == 100 and res.compiled_reference is not None
-    assert res.speedup_vs_compile is not None and res.speedup > 0.5
+    assert res.runtime.host_waits == res.runtime.runs and res.reference.host_waits == 0
+    assert res.speedup_vs_compile is not None and 0.1 < res.speedup < 1.0
     assert res.compile_s is not None
     assert not res.implausible and not [f for f in res.flags if "implausible" in f], res.flags
     assert res.floor is not None and 0 < res.floor.floor_ms < res.runtime.median_ms
