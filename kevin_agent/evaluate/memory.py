@@ -125,6 +125,21 @@ def fit_problem(fp: Footprint, *, free: int, total: int, device_name: str, model
             "with --eval-gpu, or stop other processes on this one)")
 
 
+def confirming_worker(fp: Footprint) -> int:
+    """One confirmation worker's whole share, counted generously: an evaluation's, the timing set it
+    keeps beside its fresh sets, and an answer's worth more (``torch.compile`` of the reference is
+    run there too)."""
+    return per_worker(fp) + fp.input_bytes + fp.forward_bytes
+
+
+def confirmations_at_once(fp: Footprint | None, room: int | None, wanted: int, ready: int) -> int:
+    """Confirmation workers at once within ``room``, beside ``ready`` waiting run workers: at least one."""
+    if fp is None or not room:
+        return 1
+    left = room - ready * idle_worker(fp)
+    return max(1, min(wanted, left // max(confirming_worker(fp), 1)))
+
+
 def concurrency(fp: Footprint, room: int, workers: int) -> tuple[int, int]:
     """(candidates evaluated at once, workers kept ready) within ``room``: busy workers hold their
     plan, waiting ones a context each; at least one of each."""

@@ -35,6 +35,33 @@ def test_a_6gb_relu_is_planned_within_3x_its_footprint_and_fits_beside_a_process
     assert memory.concurrency(RELU_6GB, H200, workers=4)[0] == 4
 
 
+def test_confirmation_workers_run_at_once_only_as_many_as_fit_beside_the_waiting_ones():
+    # KernelBench's 36_RMSNorm_ at its size (7 GiB in, 7 GiB out): four confirmation workers at once
+    # ran an H200 out of memory (run 35); three fit, and one beside a process holding 80%.
+    rmsnorm = Footprint(input_bytes=7 * GiB, output_bytes=7 * GiB, peak_bytes=7 * GiB)
+    share = memory.confirming_worker(rmsnorm)
+    assert 3 * share <= H200 - 2 * memory.idle_worker(rmsnorm) < 4 * share
+    assert memory.confirmations_at_once(rmsnorm, H200, 4, ready=2) == 3
+    assert memory.confirmations_at_once(rmsnorm, H200 // 5, 4, ready=1) == 1
+    small = Footprint(input_bytes=2 << 20, output_bytes=2 << 20, peak_bytes=6 << 20)
+    assert memory.confirmations_at_once(small, H200, 4, ready=8) == 4
+    assert memory.confirmations_at_once(None, None, 4, ready=8) == 1  # no probe's numbers: one at a time
+
+
+def test_a_confirmation_worker_that_ran_out_of_memory_beside_others_is_told_apart():
+    from kevin_agent.evaluate.jobs import WorkerReply
+    from kevin_agent.evaluate.parent.confirmation import _out_of_memory
+    from kevin_agent.results import Confirmed
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB"
+    assert _out_of_memory((None, oom, None))
+    assert not _out_of_memory((None, "the worker died with SIGSEGV during correctness", None))
+    dropped = WorkerReply(ok=True, confirmed=[Confirmed(verified=True, speedup_median=2.0), Confirmed(error=oom)])
+    assert _out_of_memory((dropped, "", None))
+    wrong = WorkerReply(ok=True, confirmed=[Confirmed(error="trial 1 of 5 (seed 1000001): 7 elements differ")])
+    assert not _out_of_memory((wrong, "", None))
+
+
 def test_poisoning_takes_twice_the_outputs_and_never_more_than_half_of_what_is_left():
     assert memory.poison_bytes(RELU_6GB, None) == 12 * GiB + memory.POISON_MARGIN
     # Less room than twice the outputs: whole outputs' worth of poison, else no more than the margin

@@ -3,8 +3,8 @@
 words for a kernel that took a worker down.
 
 ``confirm`` builds the kernels (cache hits: the run built them) and confirms them all in each of
-``confirm_workers`` workers, as many at once as the device's memory takes evaluations: each on
-fresh inputs of its own, sharing the device while it checks and having it alone while it times.
+``confirm_workers`` workers, as many at once as fit the device's memory (``memory.confirmations_at_once``;
+one that runs out of it beside others is run again alone): each on fresh inputs of its own, sharing the device while it checks and having it alone while it times.
 It follows the ``kernel <i>`` lines a worker writes: a crash, a hang or a rebinding of the harness
 is the last named kernel's, which is dropped with the reason, and the others are confirmed again
 without it. A kernel is confirmed where every worker verified it; its numbers are all the
@@ -26,6 +26,8 @@ from ...task import TaskProbe
 from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
 from .pool import WorkerProcess, WorkerRun, WorkerSet
+from .. import memory
+from ..memory import Footprint
 from ..reference import Limit, ReferenceData, moved_inputs, scaled_limit, stage_limit
 from ..rounds import pooled
 from .builds import Build, Builds
@@ -62,6 +64,14 @@ def what_happened(run: WorkerRun, limit: Limit | None) -> str:
     return f"{run.died()} during {stage}"
 
 
+def _out_of_memory(outcome: tuple[WorkerReply | None, str, int | None]) -> bool:
+    """Whether a confirmation worker, or a kernel in it, failed for want of device memory."""
+    reply, error, _ = outcome
+    if reply is None:
+        return memory.is_out_of_memory(error)
+    return any(not v.verified and memory.is_out_of_memory(v.error) for v in reply.confirmed or [])
+
+
 class ConfirmationHost(Protocol):
     """What a confirmation uses of the evaluator it belongs to."""
 
@@ -73,8 +83,9 @@ class ConfirmationHost(Protocol):
     scratch: Path
     builds: Builds
     workers_running: WorkerSet
-    at_once: int
-    """Evaluations the device's memory takes at once (the probe's plan)."""
+    footprint: Footprint | None
+    """The task's own device memory (the probe's), for how many confirmation workers fit at once."""
+    capacity_bytes: int | None
 
     @property
     def aborted(self) -> bool: ...
@@ -134,12 +145,17 @@ class Confirmations:
     def _confirm_in_workers(self, builds: list[Build],
                             seeds: list[int]) -> list[tuple[WorkerReply | None, str, int | None]]:
         """``_confirm_in_worker`` once per seed, as many at once as the device's memory takes (their
-        timings still one at a time: the device gate gives each its turn alone)."""
-        if len(seeds) == 1:
-            return [self._confirm_in_worker(builds, seeds[0])]
-        at_once = max(1, min(len(seeds), self.host.at_once))
+        timings still one at a time: the device gate gives each its turn alone). A worker that ran
+        out of device memory beside others is the plan's misjudgement, not a kernel's failure: it is
+        run again alone."""
+        host = self.host
+        at_once = memory.confirmations_at_once(host.footprint, host.capacity_bytes, len(seeds), host.pool.size)
+        if at_once == 1:
+            return [self._confirm_in_worker(builds, seed) for seed in seeds]
         with ThreadPoolExecutor(at_once, thread_name_prefix="kevin-confirm") as pool:
-            return list(pool.map(lambda seed: self._confirm_in_worker(builds, seed), seeds))
+            outcomes = list(pool.map(lambda seed: self._confirm_in_worker(builds, seed), seeds))
+        return [self._confirm_in_worker(builds, seed) if _out_of_memory(outcome) else outcome
+                for seed, outcome in zip(seeds, outcomes)]
 
     def _confirm_in_worker(self, builds: list[Build], seed: int) -> tuple[WorkerReply | None, str, int | None]:
         """One confirmation worker for ``builds``: its reply (the verdicts, its peak memory), or
