@@ -218,7 +218,8 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=6)
     ap.add_argument("--pools", type=int, default=64)
     ap.add_argument("--turns", type=int, default=8, help="rounds at each placement")
-    ap.add_argument("--cache", type=Path, default=None, help="build folder root (default: KEVIN_CACHE_DIR or a temp dir)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="build folder root (default: KEVIN_CACHE_DIR or a temp dir)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -253,7 +254,8 @@ def main() -> int:
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             row["wall_s"] = round(time.monotonic() - started, 1)
             rows.append(row)
-            print(f"{name} process {i + 1}: {row['wall_s']} s, clock {row['clock_mhz']} MHz", file=sys.stderr, flush=True)
+            print(f"{name} process {i + 1}: {row['wall_s']} s, clock {row['clock_mhz']} MHz", file=sys.stderr,
+                  flush=True)
         summary, table = analyse(name, rows)
         results[name] = {"rows": rows, "summary": summary}
         lines += table

@@ -149,7 +149,8 @@ def test_several_workers_each_verify_on_fresh_inputs_and_their_rounds_are_pooled
     with _probed(scale_task, _settings(tmp_path, confirm_workers=2)) as ev:
         confirmation = ev.confirm([TWICE_PLUS_ONE, MEMORISED.format(otherwise=WRONG)])
     kernel, memorised = confirmation.kernels
-    assert len(confirmation.seeds) == 2 and len(set(confirmation.seeds)) == 2 and confirmation.seed in confirmation.seeds
+    seeds = confirmation.seeds
+    assert len(seeds) == len(set(seeds)) == 2 and confirmation.seed in seeds
     assert kernel.verified, kernel.error
     assert kernel.trials == kernel.trials_passed == 10  # five trials in each worker, each on its own inputs
     assert len(kernel.worker_medians) == 2

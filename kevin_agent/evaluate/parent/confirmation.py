@@ -3,8 +3,9 @@
 words for a kernel that took a worker down.
 
 ``confirm`` builds the kernels (cache hits: the run built them) and confirms them all in each of
-``confirm_workers`` workers, as many at once as fit the device's memory (``memory.confirmations_at_once``;
-one that runs out of it beside others is run again alone): each on fresh inputs of its own, sharing the device while it checks and having it alone while it times.
+``confirm_workers`` workers, as many at once as fit the device's memory
+(``memory.confirmations_at_once``; one that runs out of it beside others is run again alone): each
+on fresh inputs of its own, sharing the device while it checks and having it alone while it times.
 It follows the ``kernel <i>`` lines a worker writes: a crash, a hang or a rebinding of the harness
 is the last named kernel's, which is dropped with the reason, and the others are confirmed again
 without it. A kernel is confirmed where every worker verified it; its numbers are all the
@@ -144,7 +145,7 @@ class Confirmations:
 
     def _confirm_in_workers(self, builds: list[Build],
                             seeds: list[int]) -> list[tuple[WorkerReply | None, str, int | None]]:
-        """``_confirm_in_worker`` once per seed, as many at once as the device's memory takes (their
+        """``_confirm_in_worker`` once per seed, as many at once as fit the device's memory (their
         timings still one at a time: the device gate gives each its turn alone). A worker that ran
         out of device memory beside others is the plan's misjudgement, not a kernel's failure: it is
         run again alone."""

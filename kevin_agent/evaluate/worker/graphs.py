@@ -5,10 +5,12 @@ its own, after warm-up) and timed per call: each replay with stream events after
 and a lead, divided by ``calls``. Only the first call of a replay starts cold: this is the time
 inside a model that replays graphs (CUDA graphs, ``torch.compile(mode="reduce-overhead")``). A
 callable that cannot be captured raises ``NotCapturable``. The stream and graph functions are bound
-when this module is imported, before any candidate code runs, as the timer's are. It runs after every check has passed, because
-candidate code runs inside the capture, and nothing in the verdict depends on it: a model that
-cannot be captured (it synchronises, launches on the legacy default stream, allocates with
-cudaMalloc, ...) gets ``not capturable: <reason>`` in the column and is otherwise unaffected.
+when this module is imported, before any candidate code runs, as the timer's are.
+
+The column runs after every check has passed, because candidate code runs inside the capture, and
+nothing in the verdict depends on it: a model that cannot be captured (it synchronises, launches on
+the legacy default stream, allocates with cudaMalloc, ...) gets ``not capturable: <reason>`` in the
+column and is otherwise unaffected.
 
 A replay must compute the answer, not repeat one: before the last replay every output of the
 captured call is overwritten (NaN; integers: the dtype's maximum; booleans: inverted), and after it
