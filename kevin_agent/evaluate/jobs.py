@@ -61,15 +61,24 @@ class Job(BaseModel):
     control_fd: int
 
 
-class KernelRounds(BaseModel):
-    """A confirmation worker's raw times of one kernel and of what it was timed against, round by
-    round (ms): the parent pools them over its workers (``rounds.pooled``)."""
+class TimedRounds(BaseModel):
+    """One callable's raw times in a confirmation worker's rounds (ms)."""
 
-    kernel_ms: list[float]
-    reference_ms: list[float]
-    compiled_ms: list[float] | None = None
-    launched_kernel_ms: list[float] = Field(default_factory=list)
-    launched_reference_ms: list[float] = Field(default_factory=list)
+    stream_ms: list[float]
+    """The headline's, round by round."""
+    host_waits: int = 0
+    """Rounds in which the GPU waited for the host inside the call (``TimingStats.host_waits``)."""
+    launched_ms: list[float] = Field(default_factory=list)
+    """cuda: with its launches in the time, after the rounds."""
+
+
+class KernelRounds(BaseModel):
+    """A confirmation worker's raw times of one kernel and of what it was timed against in the same
+    rounds: the parent makes every confirmed number from them, over all its workers (``rounds.pooled``)."""
+
+    kernel: TimedRounds
+    reference: TimedRounds
+    compiled: TimedRounds | None = None
 
 
 class WorkerReply(BaseModel):

@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Sequence
 
 from ..results import Confirmed, LaunchedTiming, TimingStats
+from .jobs import KernelRounds
 from .plausibility import implausibility
 
 _median = statistics.median
@@ -71,11 +72,11 @@ def median_interval(values, level: float = LEVEL) -> tuple[float, float]:
     return s[cut], s[n - 1 - cut]
 
 
-def pooled(verdicts: Sequence[Confirmed], rounds: Sequence) -> Confirmed:
-    """One kernel's verdicts from a confirmation's workers (``rounds[i]``: worker i's raw times of
-    it, a ``jobs.KernelRounds``, None where it was not timed), as one verdict: verified where every
-    worker verified it (else the first worker's reason for dropping it), its numbers taken over all
-    the workers' rounds together, the physical floor applied to the pooled median, and each
+def pooled(verdicts: Sequence[Confirmed], rounds: Sequence[KernelRounds | None]) -> Confirmed:
+    """One kernel's verdicts from a confirmation's workers, with each worker's raw rounds of it
+    (None where it was not timed), as one verdict, for one worker as for several: verified where
+    every worker verified it (else the first worker's reason for dropping it), its numbers made
+    from all the workers' rounds together, the physical floor applied to that median, and each
     worker's own median kept beside them."""
     trials = {"trials": sum(v.trials for v in verdicts), "trials_passed": sum(v.trials_passed for v in verdicts),
               "max_abs_err": max((v.max_abs_err for v in verdicts if v.max_abs_err is not None), default=None),
@@ -83,30 +84,31 @@ def pooled(verdicts: Sequence[Confirmed], rounds: Sequence) -> Confirmed:
     dropped = next((v for v in verdicts if not v.verified), None)
     if dropped is not None:
         return dropped.model_copy(update=trials)
-    first = verdicts[0]
-    if len(verdicts) == 1 or any(r is None for r in rounds):
-        return first.model_copy(update={"worker_medians": [v.speedup_median for v in verdicts]})
-    kernel = [t for r in rounds for t in r.kernel_ms]
-    reference = [t for r in rounds for t in r.reference_ms]
-    speedups = ratios(reference, kernel)
-    runtime = stats(kernel, sum(v.runtime.host_waits for v in verdicts if v.runtime is not None))
+
+    def joined(which: str, field: str = "stream_ms") -> list[float]:
+        """One callable's times over every worker's rounds, worker after worker."""
+        return [t for r in rounds for t in getattr(getattr(r, which), field)]
+
+    def timed(which: str) -> TimingStats:
+        return stats(joined(which), sum(getattr(r, which).host_waits for r in rounds))
+
+    kernel = joined("kernel")
+    speedups = ratios(joined("reference"), kernel)
+    runtime = timed("kernel")
     update: dict = {**trials, "speedup_median": _median(speedups), "ci95": list(median_interval(speedups)),
-                    "runs": len(speedups), "runtime": runtime, "reference": stats(reference),
-                    "worker_medians": [v.speedup_median for v in verdicts]}
-    if all(r.compiled_ms for r in rounds):
-        compiled = [t for r in rounds for t in r.compiled_ms]
-        vs_compile = ratios(compiled, kernel)
-        update.update(compiled_reference=stats(compiled), speedup_vs_compile_median=_median(vs_compile),
+                    "runs": len(speedups), "runtime": runtime, "reference": timed("reference"),
+                    "worker_medians": [_median(ratios(r.reference.stream_ms, r.kernel.stream_ms)) for r in rounds]}
+    if all(r.compiled is not None for r in rounds):
+        vs_compile = ratios(joined("compiled"), kernel)
+        update.update(compiled_reference=timed("compiled"), speedup_vs_compile_median=_median(vs_compile),
                       vs_compile_ci95=list(median_interval(vs_compile)))
-    if all(r.launched_kernel_ms and r.launched_reference_ms for r in rounds):
-        launched_kernel = stats([t for r in rounds for t in r.launched_kernel_ms])
-        launched_reference = stats([t for r in rounds for t in r.launched_reference_ms])
+    if all(r.kernel.launched_ms and r.reference.launched_ms for r in rounds):
+        launched_kernel = stats(joined("kernel", "launched_ms"))
+        launched_reference = stats(joined("reference", "launched_ms"))
         update["launched"] = LaunchedTiming(runtime=launched_kernel, reference=launched_reference,
                                             speedup=launched_reference.median_ms / max(launched_kernel.median_ms, 1e-9))
+    first = verdicts[0]
     if first.floor is not None:
-        # Each worker flagged (or not) its own median; the verdict's flag is the pooled median's.
-        own = {implausibility(v.runtime.median_ms, v.floor) for v in verdicts if v.runtime and v.floor}
         flag = implausibility(runtime.median_ms, first.floor)
-        update["flags"] = [f for f in first.flags if f not in own] + ([flag] if flag else [])
-        update["implausible"] = flag is not None
+        update.update(flags=first.flags + ([flag] if flag else []), implausible=flag is not None)
     return first.model_copy(update=update)

@@ -11,12 +11,16 @@ timed head to head with the reference (docs/evaluation.md, "Confirmation").
    ``torch.compile`` of it warmed up, then rounds. A round times each kernel once, then the
    reference once and the compiled reference once, each on inputs of its own with the cache
    flushed before the call (``Timer.one``). A kernel's ratio in a round is the reference's time
-   over its own; its confirmed speedup is the median of its ratios, with a 95% interval for
-   that median from order statistics (``median_interval``). The rounds stop once every kernel's
-   interval lies within ``PRECISION`` of its median (checked every ``CHECK_EVERY`` rounds from
+   over its own. The rounds stop once the 95% interval of every kernel's median ratio
+   (``median_interval``) lies within ``PRECISION`` of it (checked every ``CHECK_EVERY`` rounds from
    ``MIN_ROUNDS`` on, ``may_stop``), at ``confirm_rounds``, or once they have taken ``Job.budget_s``.
 4. After timing, each kernel again: the rule for work hidden off the stream, applied to its
-   rounds; the re-check after timing (``candidate.recheck``); the physical floor on its median.
+   rounds; the re-check after timing (``candidate.recheck``); the bytes it moves, for the physical
+   floor.
+
+The reply carries each kernel's verdict (what was verified, its floor) and the rounds' raw times:
+its confirmed speedup, interval and times are the parent's, over every worker (``rounds.pooled``),
+and so is the floor's verdict on that median.
 
 Before any kernel's code runs, the worker names it to the parent (``kernel <i>``; ``kernel -``
 before the reference): a crash or a hang is the last named kernel's, and the parent confirms the
@@ -36,18 +40,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...results import Confirmed, LaunchedTiming, Stage, TimingStats
+from ...results import Confirmed, Stage
 from . import fingerprint, meter
 from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
                         refuse_hidden_work, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
-from ..jobs import Assignment, Job, KernelRounds, WorkerReply
+from ..jobs import Assignment, Job, KernelRounds, TimedRounds, WorkerReply
 from ..memory import timing_placements
-from ..plausibility import implausibility
 from .placements import Placements
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
-from ..rounds import median_interval, ratios, stats
+from ..rounds import median_interval, ratios
 from .runs import Runs
 from .timing import Timer
 from .trials import ReferenceChanged, Trials, read_meta
@@ -90,9 +93,8 @@ class Timed:
     launched_ms: list[float] = field(default_factory=list)
     """cuda: its times with its launches in them, after the rounds."""
 
-    @property
-    def launched(self) -> TimingStats | None:
-        return stats(self.launched_ms) if self.launched_ms else None
+    def rounds(self) -> TimedRounds:
+        return TimedRounds(stream_ms=self.runs.stream_ms, host_waits=self.runs.host_waits, launched_ms=self.launched_ms)
 
     @property
     def mark(self) -> str:
@@ -210,10 +212,9 @@ class Confirming:
             with placements.at(0):
                 for entry in list(entries):
                     self._run(entry, entries, lambda e=entry: [e.fn(*self.timing) for _ in range(self.s.warmup_runs)])
-            for i in range(1, len(placements)):  # a first call at a placement allocates its memory
-                with placements.at(i) as timing:
-                    for entry in list(entries):
-                        self._run(entry, entries, lambda e=entry, a=timing: e.fn(*a))
+            for timing in placements.others():
+                for entry in list(entries):
+                    self._run(entry, entries, lambda e=entry, a=timing: e.fn(*a))
             self.timer.sync()
             started = time.monotonic()
             rounds = 0
@@ -252,29 +253,14 @@ class Confirming:
             entries.remove(entry)
 
     # --- after timing --------------------------------------------------------------------------
-    def _after(self, kernel: Kernel, reference: Timed, compiled: Timed | None, overhead_ms: float) -> None:
-        timed = kernel.timed
-        runtime = timed.runs.stream
-        refuse_hidden_work(timed.runs, overhead_ms, self.device)
+    def _after(self, kernel: Kernel, compiled: Timed | None, overhead_ms: float) -> None:
+        """The checks after timing. The verdict carries what was verified and the floor; its numbers
+        are the parent's, from the rounds of every worker (``rounds.pooled``)."""
+        refuse_hidden_work(kernel.timed.runs, overhead_ms, self.device)
         moved = recheck(self.s, self.trials, kernel.model, self.timing, kernel.outcome)
-        floor = physical_floor(self.s, self.trials, moved)
-        flags = []
-        if self.s.compare_compile and compiled is None:
-            flags.append(compile_failed(self.compile_error))
-        if (flag := implausibility(runtime.median_ms, floor)) is not None:
-            flags.append(flag)
-        speedups = ratios(reference.stream_ms, timed.stream_ms)
-        launched = (LaunchedTiming(runtime=timed.launched, reference=reference.launched,
-                                   speedup=reference.launched.median_ms / max(timed.launched.median_ms, 1e-9))
-                    if timed.launched is not None and reference.launched is not None else None)
-        vs_compile = ratios(compiled.stream_ms, timed.stream_ms) if compiled is not None else None
-        kernel.verdict = Confirmed(
-            verified=True, speedup_median=statistics.median(speedups), ci95=list(median_interval(speedups)),
-            speedup_vs_compile_median=statistics.median(vs_compile) if vs_compile else None,
-            vs_compile_ci95=list(median_interval(vs_compile)) if vs_compile else None, runs=len(speedups),
-            runtime=runtime, reference=reference.runs.stream,
-            compiled_reference=compiled.runs.stream if compiled is not None else None, launched=launched,
-            implausible=flag is not None, floor=floor, flags=flags, **kernel.outcome.evidence())
+        flags = [compile_failed(self.compile_error)] if self.s.compare_compile and compiled is None else []
+        kernel.verdict = Confirmed(verified=True, floor=physical_floor(self.s, self.trials, moved), flags=flags,
+                                   **kernel.outcome.evidence())
 
     def finish(self, reference: Timed, compiled: Timed | None,
                overhead_ms: float) -> tuple[list[Confirmed], list[KernelRounds | None]]:
@@ -282,13 +268,12 @@ class Confirming:
         for kernel in self.kernels:
             if kernel.alive:
                 self.stage(Stage.CORRECTNESS)
-                self._guarded(kernel, lambda k=kernel: self._after(k, reference, compiled, overhead_ms))
+                self._guarded(kernel, lambda k=kernel: self._after(k, compiled, overhead_ms))
         verdicts = [k.verdict if k.alive and k.verdict is not None else
                     Confirmed(verified=False, error=k.error or "not confirmed", **k.outcome.evidence())
                     for k in self.kernels]
-        rounds = [KernelRounds(kernel_ms=k.timed.stream_ms, reference_ms=reference.stream_ms,
-                               compiled_ms=compiled.stream_ms if compiled is not None else None,
-                               launched_kernel_ms=k.timed.launched_ms, launched_reference_ms=reference.launched_ms)
+        rounds = [KernelRounds(kernel=k.timed.rounds(), reference=reference.rounds(),
+                               compiled=compiled.rounds() if compiled is not None else None)
                   if k.alive and k.verdict is not None and k.timed is not None else None for k in self.kernels]
         return verdicts, rounds
 

@@ -32,7 +32,7 @@ rule: with
     hidden = median over runs of (synchronised time - stream time) - overhead
 
 a candidate is refused when ``hidden > max(HIDDEN_ABS_MS, HIDDEN_REL x its stream median)`` (``runs.hidden_work``;
-the statistics of the runs and the ratios a speedup is made of are ``runs`` as well).
+the statistics of the runs and the ratios a speedup is made of are ``evaluate.rounds``).
 
 The "in a CUDA graph" column times replays with this timer's flush and lead (``graphs.py``).
 
@@ -190,12 +190,9 @@ class Timer:
                 for fn in fns:
                     for _ in range(warmup):
                         fn(*args)
-            # A call's first time at a placement allocates its outputs there (a fresh segment, its
-            # pages touched for the first time): not in the first turn of the timed rounds.
-            for i in range(1, len(placements)):
-                with placements.at(i) as args:
-                    for fn in fns:
-                        fn(*args)
+            for args in placements.others():
+                for fn in fns:
+                    fn(*args)
             self.sync()
             for r in range(rounds):
                 with placements.at(r) as args:
