@@ -41,6 +41,12 @@ def candidates(records: Sequence[TurnRecord], top: int) -> list[TurnRecord]:
     return chosen
 
 
+CONFIRMATION_SETTINGS = {"correctness_trials", "tolerance", "atol", "rtol", "reference_tf32", "warmup_runs",
+                          "timed_runs", "compare_compile", "op_audit", "cpu_threads", "confirm_rounds",
+                          "confirm_workers", "bandwidth_gb_s", "seed"}
+"""The settings a confirmation depends on: with others, the run's best kernels are confirmed again."""
+
+
 def confirmation_key(picks: Sequence[TurnRecord], settings: dict, device_name: str) -> str:
     """What a confirmation is of: the kernels (where they come from and their sources), the
     evaluation settings and the device."""

@@ -34,9 +34,10 @@ from pydantic import BaseModel
 
 from .. import events as ev
 from ..config import RunConfig
-from .confirmation import candidates, confirmation_key, winner
+from .confirmation import CONFIRMATION_SETTINGS, candidates, confirmation_key, winner
+from .draft import Draft
 from .parsing import parse_response
-from .prompting import Attempt, RenderedPrompt, feedback_sentence, render_prompt
+from .prompting import Attempt, RenderedPrompt, render_prompt
 from ..protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
 from ..results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
 from .search import IndependentSearch, lineage
@@ -174,7 +175,7 @@ class Engine:
             picks = candidates(self.records, self.config.confirm_top)
             if not picks:
                 return None
-            settings = self.config.model_dump(mode="json", include=_CONFIRMATION_SETTINGS)
+            settings = self.config.model_dump(mode="json", include=CONFIRMATION_SETTINGS)
             key = confirmation_key(picks, settings, self.store.info.device_name)
             stored = self.store.info.confirmation
             if stored is not None and stored.key == key:
@@ -290,7 +291,7 @@ class Engine:
         for slot, p in zip(slots, prompts):
             self.sink.emit(ev.TurnStarted(trajectory=slot.trajectory, turn=turn, prompt_tokens=p.tokens,
                                           dropped_attempts=p.dropped, parent_trajectory=slot.parent_trajectory))
-        drafts: list[_Draft | None] = [None] * len(slots)
+        drafts: list[Draft | None] = [None] * len(slots)
         lock = threading.Lock()
         t0 = time.monotonic()
 
@@ -337,7 +338,7 @@ class Engine:
             self._finish(draft.record())
         self._raise_if_aborted()
 
-    def _submit(self, draft: _Draft) -> Future[EvalResult]:
+    def _submit(self, draft: Draft) -> Future[EvalResult]:
         where = dict(trajectory=draft.slot.trajectory, turn=draft.turn)
         return self.evaluator.submit(
             draft.code,
@@ -361,8 +362,8 @@ class Engine:
         )
 
     def _draft(self, slot: Slot, turn: int, prompt: RenderedPrompt, gen: Generation, gen_s: float,
-               started: str) -> _Draft:
-        draft = _Draft(slot=slot, turn=turn, prompt=prompt.text, dropped=prompt.dropped, gen=gen, gen_s=gen_s,
+               started: str) -> Draft:
+        draft = Draft(slot=slot, turn=turn, prompt=prompt.text, dropped=prompt.dropped, gen=gen, gen_s=gen_s,
                        started=started)
         parsed = parse_response(gen.text, gen.reasoning)
         draft.reasoning, draft.summary, draft.code = parsed.reasoning, parsed.summary, parsed.code or ""
@@ -384,51 +385,3 @@ class Engine:
         if record.finished:
             self.records.append(record)
         self.sink.emit(ev.TurnFinished(record=record, best=self.best_kernel()))
-
-
-_CONFIRMATION_SETTINGS = {"correctness_trials", "tolerance", "atol", "rtol", "reference_tf32", "warmup_runs",
-                          "timed_runs", "compare_compile", "op_audit", "cpu_threads", "confirm_rounds",
-                          "confirm_workers", "bandwidth_gb_s", "seed"}
-"""The settings a confirmation depends on: with others, the run's best kernels are confirmed again."""
-
-
-class _Draft:
-    """A turn being assembled; ``status`` stays None while the candidate awaits evaluation."""
-
-    def __init__(self, *, slot: Slot, turn, prompt, dropped, gen, gen_s, started) -> None:
-        self.slot, self.turn, self.prompt, self.dropped = slot, turn, prompt, dropped
-        self.gen, self.gen_s, self.started = gen, gen_s, started
-        self.status: Status | None = None
-        self.error = ""
-        self.reasoning = self.summary = self.code = ""
-        self.kernel_path: str | None = None
-        self.parse_error: str | None = None
-        self.check: CheckResult | None = None
-        self.eval: EvalResult | None = None
-        self.future: Future[EvalResult] | None = None
-
-    def fail(self, status: Status, error: str) -> None:
-        self.status, self.error = status, error
-        if status is Status.PARSE_ERROR:
-            self.parse_error = error
-
-    def apply_eval(self, result: EvalResult) -> None:
-        self.eval = result
-        self.status, self.error = result.status, result.error
-
-    def record(self) -> TurnRecord:
-        assert self.status is not None
-        speedup = self.eval.speedup if self.eval is not None else None
-        flags = self.eval.flags if self.eval is not None else []
-        feedback = (self.error if self.status is Status.CANCELLED
-                    else feedback_sentence(self.status, error=self.error, speedup=speedup, flags=flags))
-        return TurnRecord(
-            trajectory=self.slot.trajectory, turn=self.turn, parent_trajectory=self.slot.parent_trajectory,
-            parent_turn=self.slot.parent_turn, status=self.status, feedback=feedback,
-            prompt=self.prompt, response=self.gen.text, reasoning=self.reasoning, summary=self.summary,
-            code=self.code, kernel_path=self.kernel_path, parse_error=self.parse_error, check=self.check,
-            eval=self.eval, prompt_tokens=self.gen.prompt_tokens, completion_tokens=self.gen.completion_tokens,
-            dropped_attempts=self.dropped, generate_s=round(self.gen_s, 3),
-            eval_s=self.eval.wall_s if self.eval is not None else None,
-            started_at=self.started, finished_at=now_iso(),
-        )
