@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..engine.confirmation import Winner, winner
+from ..results.winner import Winner, winner
 from ..errors import GitError, KevinError
 from ..results import RunInfo, TurnRecord
 from ..results.records import E2EResult

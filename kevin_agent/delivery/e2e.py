@@ -20,7 +20,7 @@ from pathlib import Path
 from ..config import EvalSettings
 from ..errors import KevinError
 from ..evaluate.parent.builds import compile_in
-from ..evaluate.parent.pool import scrubbed_env
+from ..workers.parent import scrubbed_env
 from ..evaluate.toolchain import cache
 from ..model.delivered import FOOTER_MARK
 from ..model.jobs import E2ERun

@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..config import RunConfig
-from ..engine.confirmation import Winner, current, winner
+from ..results.winner import Winner, current, winner
 from ..formatting import fmt_confirmed
 from ..model.marks import extracted_from
 from ..results import RunInfo, TurnRecord

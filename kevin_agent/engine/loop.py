@@ -34,7 +34,7 @@ from pydantic import BaseModel
 
 from .. import events as ev
 from ..config import RunConfig
-from .confirmation import CONFIRMATION_SETTINGS, candidates, confirmation_key, winner
+from ..results.winner import CONFIRMATION_SETTINGS, candidates, confirmation_key, winner
 from .draft import Draft
 from .parsing import parse_response
 from .prompting import Attempt, RenderedPrompt, render_prompt

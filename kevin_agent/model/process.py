@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 
 from ..errors import EnvironmentUnavailable, KevinError
-from ..evaluate.parent.pool import WorkerProcess, scrubbed_env
+from ..workers.parent import WorkerProcess, scrubbed_env
 from ..evaluate.reference import Limit
 from .jobs import ModelJob, ModelReply
 from .modelfile import ModelError, ModelFile

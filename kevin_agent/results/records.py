@@ -144,7 +144,7 @@ class BestView(BaseModel):
 
     @classmethod
     def of(cls, best, kernel_path: str | None) -> BestView:
-        """``best``: an ``engine.confirmation.Winner``."""
+        """``best``: an ``results.winner.Winner``."""
         ev, confirmed = best.record.eval, best.confirmed
         times = confirmed if confirmed is not None else ev
         evidence = confirmed or ev

@@ -43,7 +43,7 @@ class Interrupted(KeyboardInterrupt):
 
 def kill_run_processes() -> None:
     """Every worker and compiler this process started, with their process groups."""
-    from ..evaluate.parent.pool import kill_all_workers
+    from ..workers.parent import kill_all_workers
 
     kill_all_workers()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...engine.confirmation import Winner, current, winner
-from ...engine.lineage import outcome, path_to, tree_lines
+from ...results.winner import Winner, current, winner
+from ...results.lineage import outcome, path_to, tree_lines
 from ...formatting import (
     confirmed_line,
     fmt_launched,

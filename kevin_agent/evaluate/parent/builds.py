@@ -31,7 +31,7 @@ from ..jobs import Assignment
 from ..reference import Limit
 from .gate import DeviceGate, GaveUp
 from .logs import tail, trim_compile_error
-from .pool import StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
+from ...workers.parent import StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .warm import WarmPool
 
 

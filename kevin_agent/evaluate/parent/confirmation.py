@@ -26,7 +26,7 @@ from ...results import Confirmation, Confirmed, MemoryUse
 from ...task import TaskProbe
 from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
-from .pool import WorkerProcess, WorkerRun, WorkerSet
+from ...workers.parent import WorkerProcess, WorkerRun, WorkerSet
 from .. import memory
 from ..memory import Footprint
 from ..reference import Limit, ReferenceData, moved_inputs, scaled_limit, stage_limit

@@ -45,7 +45,7 @@ from .gate import DeviceGate, GaveUp, Holding
 from ..jobs import INTERRUPTED, Assignment
 from .logs import tail
 from ..memory import Footprint
-from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
+from ...workers.parent import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
 from .machine import default_eval_workers, gpu_free_bytes, host_device_name
 from .probe import probe_task
 from .warm import WarmPool, WorkerFailed

@@ -16,7 +16,7 @@ from ..jobs import WorkerReply
 from .gate import DeviceGate, Holding
 from .logs import tail
 from .machine import detect_device
-from .pool import WorkerSet, run_worker
+from ...workers.parent import WorkerSet, run_worker
 
 
 class ProbeHost(Protocol):

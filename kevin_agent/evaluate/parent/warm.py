@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from .gate import DeviceGate, GaveUp, Holding
 from .logs import tail
-from .pool import Limit, WorkerProcess, WorkerSet
+from ...workers.parent import Limit, WorkerProcess, WorkerSet
 
 _FAILURES_IN_A_ROW = 2
 

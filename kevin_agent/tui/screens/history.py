@@ -28,8 +28,8 @@ from textual.widgets import (
     TabPane,
 )
 
-from ...engine.confirmation import best_of_run, confirmed_turns
-from ...engine.lineage import outcome, tree_chains, wrap_chain
+from ...results.winner import best_of_run, confirmed_turns
+from ...results.lineage import outcome, tree_chains, wrap_chain
 from ...formatting import marked_speedup
 from ...results import RunInfo, TurnRecord
 from ...store import list_runs, read_records

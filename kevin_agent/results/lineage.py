@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..formatting import fmt_speedup
-from ..results import Status, TurnRecord
+from .evaluation import Status
+from .turns import TurnRecord
 
 Key = tuple[int, int]
 

@@ -22,8 +22,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import ConfigError
-from .results import CheckResult, Violation
+from ..errors import ConfigError
+from ..results import CheckResult, Violation
 
 ENTRY_POINT_GROUP = "kevin_opt"
 
@@ -76,7 +76,7 @@ class Registry:
         try:
             tree = ast.parse(source)
         except SyntaxError as exc:
-            from .checks import syntax_violation
+            from ..checks import syntax_violation
 
             return CheckResult(passed=False, violations=[syntax_violation(exc)])
         violations: list[Violation] = []
@@ -94,9 +94,9 @@ def build_registry(extra_dirs: list[Path] | None = None) -> Registry:
     pm.add_hookspecs(hookspecs)
     reg = Registry()
 
-    from . import builtin_plugin
+    from . import builtin
 
-    pm.register(builtin_plugin, name="builtin")
+    pm.register(builtin, name="builtin")
 
     # The repository's plugins/ folder ships as the package kevin_agent.plugins.
     if _has_shipped_plugins():

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ...results import Stage, StageTimes
-from ..jobs import REPLIED, WANT, Job, WorkerReply
-from ..reference import Limit
+from ..evaluate.jobs import REPLIED, WANT, Job, WorkerReply
+from ..evaluate.reference import Limit
+from ..results import Stage, StageTimes
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",

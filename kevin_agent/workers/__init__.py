@@ -1,0 +1,1 @@
+"""Worker processes: starting, talking to, clocking and reaping a child process."""
