@@ -19,7 +19,7 @@ from kevin_agent.errors import EnvironmentUnavailable, TaskError
 from kevin_agent.evaluate import memory
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator, detect_device
 from kevin_agent.evaluate.parent.logs import trim_compile_error
-from kevin_agent.workers.parent import scrubbed_env
+from kevin_agent.workers import scrubbed_env
 from kevin_agent.results import Stage, Status
 from kevin_agent.task import load_task
 
