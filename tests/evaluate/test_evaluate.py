@@ -206,6 +206,18 @@ def test_honest_python_candidate_is_correct(python_batch):
     assert python_batch["honest_python"].status is Status.CORRECT, python_batch["honest_python"].error
 
 
+def test_a_candidate_that_prints_or_writes_on_the_workers_pipe_is_judged_by_what_it_computes(python_batch):
+    res = python_batch["garbles_the_pipe"]
+    assert res.status is Status.CORRECT and res.stage is Stage.DONE, res.error
+
+
+def test_a_candidate_that_dies_in_the_middle_of_a_message_failed_at_runtime(python_batch):
+    res = python_batch["dies_mid_message"]
+    assert res.status is Status.RUNTIME_ERROR and res.stage is Stage.CORRECTNESS
+    assert "the worker died with SIGABRT during correctness" in res.error
+    assert "an unfinished line" in res.error
+
+
 def test_the_evaluations_peak_memory_is_reported_against_the_tasks_footprint(python_batch, cpu_evaluator):
     fp = cpu_evaluator.footprint
     # The scale task: one 128 x 512 float32 input, an output of the same size, no parameters.
