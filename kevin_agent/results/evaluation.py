@@ -20,6 +20,11 @@ class Status(str, Enum):
     CANCELLED = "cancelled"
     """The person cancelled the generation: never shown to the model, and the turn is generated again."""
 
+    @property
+    def label(self) -> str:
+        """The outcome in words, the same in every view: ``compile error``."""
+        return self.value.replace("_", " ")
+
 
 class Stage(str, Enum):
     """How far an evaluation got."""

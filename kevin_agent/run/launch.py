@@ -17,7 +17,7 @@ from ..engine.loop import Engine
 from ..errors import ConfigError, TaskError
 from ..events import Notice
 from ..gpus import detect_gpus, eval_worker_env, plan_gpus
-from ..protocols import EventSink
+from ..protocols import ChecksFirst, EventSink, KnowsItsCapacity
 from ..registry import Registry, build_registry
 from ..results import RunInfo, TaskRef
 from ..store import RunStore, default_runs_root, new_run_id, now_iso
@@ -62,8 +62,8 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
         evaluator.close()
         raise
     try:
-        if (check := getattr(backend, "check", None)) is not None:
-            check()
+        if isinstance(backend, ChecksFirst):
+            backend.check()
     except BaseException:
         evaluator.close()
         backend.close()
@@ -145,7 +145,7 @@ def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
         trajectories_note,
     )
 
-    fit = getattr(backend, "sequences_that_fit", None)
+    fit = backend.sequences_that_fit if isinstance(backend, KnowsItsCapacity) else None
     chosen = config.trajectories is None
     trajectories = default_trajectories(fit) if chosen else config.trajectories
     with_fp8 = None
