@@ -28,19 +28,18 @@ from .evaluation import (
     TimingStats,
 )
 from .turns import TurnRecord
+from .versioned import Versioned, schema_field
 
 SCHEMA = 1
 """The layout of every JSON record below (1: the first shared layout; the report's own ``format``
 3 and the summary's unnumbered fields before it map as ``docs/records.md`` says)."""
 
 
-class Record(BaseModel):
+class Record(Versioned):
     """A file written for people and their tools: ``schema`` first, then ``kind`` (each subclass
     names its own)."""
 
-    schema_: int = Field(SCHEMA, alias="schema")
-
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+    schema_: int = schema_field(SCHEMA)
 
 
 def to_json(record: BaseModel) -> str:
