@@ -73,15 +73,13 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
 
 def _keep_out_of_git(runs_root: Path) -> None:
     """The default run store sits in the person's repository; ``git status`` never shows it."""
-    repo = gitops.find_repo(runs_root)
-    if repo is None or repo.bare:
-        return
-    try:
-        gitops.ensure_excluded(repo)
-    except (OSError, gitops.git.GitCommandError):
-        pass  # only cosmetic: the run goes on
-    finally:
-        repo.close()
+    with gitops.opened(runs_root) as repo:
+        if repo is None or repo.bare:
+            return
+        try:
+            gitops.ensure_excluded(repo)
+        except (OSError, gitops.git.GitCommandError):
+            pass  # only cosmetic: the run goes on
 
 
 def _say_refusals_ahead(task: Task, config: RunConfig, evaluator, sink: EventSink, replace: bool) -> None:
