@@ -15,8 +15,9 @@ a reply, any answers of its own), with a ``WorkerProcess`` subclass naming the t
 ``docs/architecture.md``. Nothing here imports torch until a worker's settings ask for it.
 """
 
+from .child import Parent, profiled, serve
 from .messages import Go, Job, Message, Note, Reply
 from .parent import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, kill_all_workers, scrubbed_env
 
-__all__ = ["Go", "Job", "Limit", "Message", "Note", "Reply", "StageClock", "WorkerProcess", "WorkerRun", "WorkerSet",
-           "kill_all_workers", "scrubbed_env"]
+__all__ = ["Go", "Job", "Limit", "Message", "Note", "Parent", "Reply", "StageClock", "WorkerProcess", "WorkerRun",
+           "WorkerSet", "kill_all_workers", "profiled", "scrubbed_env", "serve"]

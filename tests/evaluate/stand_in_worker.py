@@ -8,8 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from kevin_agent.workers import Message
-from kevin_agent.workers.child import Parent
+from kevin_agent.workers import Message, Parent
 from kevin_agent.workers.messages import decode
 
 

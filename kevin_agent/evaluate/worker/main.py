@@ -25,7 +25,7 @@ import torch
 from ...formatting import gib
 from ...results import Stage
 from ...task import TaskProbe
-from ...workers.child import Parent, profiled, serve
+from ...workers import Parent, profiled, serve
 from . import meter
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
 from .candidate import device_name, run_candidate, versions

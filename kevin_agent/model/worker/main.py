@@ -16,7 +16,7 @@ import torch
 from ...evaluate.plausibility import bandwidth
 from ...evaluate.rounds import ratios
 from ...evaluate.worker import Mismatch, Outcome, Placements, Timer, compare, describe, device_name, import_file, versions
-from ...workers.child import Parent, serve
+from ...workers import Parent, serve
 from ..jobs import E2ERun, ModelJob, ModelReply
 from ..records import ModelProfile
 from . import capture, profiling
