@@ -16,17 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .confirmation import Confirmed, ConfirmedSpeedup
-from .evaluation import (
-    EvalResult,
-    GraphTiming,
-    LaunchedTiming,
-    MemoryUse,
-    RuntimeFloor,
-    SignatureTiming,
-    StageTimes,
-    SyncCheck,
-    TimingStats,
-)
+from .evaluation import (Correctness, EvalResult, GraphTiming, LaunchedTiming, MemoryUse, RuntimeFloor, SignatureTiming,
+                         StageTimes, SyncCheck, TimingStats)
 from .turns import TurnRecord
 from .versioned import Versioned, schema_field
 
@@ -95,21 +86,6 @@ class Timings(BaseModel):
     kernel: TimingStats | None = None
     eager: TimingStats | None = None
     torch_compile: TimingStats | None = None
-
-
-class Correctness(BaseModel):
-    trials: int = 0
-    trials_passed: int = 0
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    tolerance: str | None = None
-    reference_tf32: bool | None = None
-
-    @classmethod
-    def of(cls, ev: EvalResult) -> Correctness:
-        return cls(**ev.model_dump(include=set(cls.model_fields)))
 
 
 class BestView(BaseModel):
