@@ -9,7 +9,7 @@ turn's slots continue is the search's choice (``search.py``). Ending a run early
 exception carrying its reason; run state is saved in ``finally``.
 
 When the turns end (completed, or stopped by the person), and before ``--target-speedup`` ends a
-run, the best distinct kernels are confirmed (``confirm``, see ``confirmation.py``): the winner and
+run, the best distinct kernels are confirmed (``confirm``, see ``results.winner``): the winner and
 its numbers come from that. The target ends the run only when the confirmed winner still meets
 it and is not flagged; an interrupted run is not confirmed (it is confirmed when resumed).
 
