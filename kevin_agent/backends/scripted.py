@@ -41,6 +41,10 @@ class ScriptedBackend(BatchBackend):
         self.chunk_delay_s = chunk_delay_s
         """Pause between streamed chunks, so that a demo streams at a readable pace."""
 
+    def cue(self, names: Sequence[str], skip: int) -> None:
+        """Serve the run about to start from response ``skip`` on (``Replaying``)."""
+        self.position = skip
+
     def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
                 on_done: DoneCallback | None) -> list[Generation]:
         needed = self.position + len(prompts)
