@@ -175,6 +175,34 @@ def test_a_resumed_run_on_a_shared_backend_skips_the_responses_it_used(tmp_path,
     assert [r.response for r in records] == [answer("go", 0)["text"], answer("go", 1)["text"]]
 
 
+def test_one_scripted_backend_over_a_folder_serves_each_run_its_own_script(tmp_path):
+    folder = tmp_path / "responses"
+    folder.mkdir()
+    for name in ("softmax", "rmsnorm", "RowNorm"):
+        write_script(folder / f"{name}.jsonl", name, 2)
+    config = config_for(tmp_path, backend="scripted", responses=folder)
+    registry = build_registry()
+    backend = open_backend(config, registry)
+    served = {}
+    for task, names in ((SOFTMAX, ()), (RMSNORM, ()), (RMSNORM, ("layers.0.norm", "RowNorm"))):
+        session = RunSession.new(config, task, registry=registry, backend=backend, names=names)
+        run_to_end(session, registry)
+        served[names or task.stem] = session.engine.store.info.run_id
+    # The first run again, one turn further: the response its first turn used is skipped.
+    resumed = RunSession.resumed(served["softmax"], runs_root=tmp_path / "runs", overrides={"turns": 2},
+                                 registry=registry, backend=backend)
+    run_to_end(resumed, registry)
+    backend.close()
+
+    def responses(run_id: str) -> list[str]:
+        return [r.response for r in RunStore.open(tmp_path / "runs", run_id).records()]
+
+    assert responses(served["softmax"]) == [answer("softmax", 0)["text"], answer("softmax", 1)["text"]]
+    assert responses(served["rmsnorm"]) == [answer("rmsnorm", 0)["text"]]
+    # A module group of a model is served by a member's module path, or by its class name.
+    assert responses(served[("layers.0.norm", "RowNorm")]) == [answer("RowNorm", 0)["text"]]
+
+
 async def test_the_terminal_ui_runs_a_session_on_a_backend_it_was_given(tmp_path, counted):
     registry, log = counted
     config = config_for(tmp_path, backend="counted", responses=write_script(tmp_path / "r.jsonl", "tui", 2))
