@@ -72,6 +72,18 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Replaying(Protocol):
+    """A backend that replays fixed scripts of responses, one per task (the scripted backend): one
+    backend can then serve many runs in turn, each from its own script."""
+
+    def cue(self, names: Sequence[str], skip: int) -> None:
+        """Serve the run about to start: the script filed under the first of ``names`` that has
+        one (``UsageError`` naming them all when none has), from response ``skip`` on (those a
+        resumed run has used)."""
+        ...
+
+
 #: Called with (index of the candidate in the batch, stage) as evaluation moves on.
 StageCallback = Callable[[int, Stage], None]
 
