@@ -208,7 +208,8 @@ class RunConfig(EvalOptions, BaseSettings):
     )
     """API key for the openai backend (KEVIN_API_KEY or OPENAI_API_KEY)."""
     responses: Path | None = None
-    """JSONL of responses for the scripted backend, one {"text": ...} per line."""
+    """JSONL of responses for the scripted backend, one {"text": ...} per line; or a folder of them, one per
+    task: <task file stem>.jsonl (for a model's module group, a member's module path or its class name)."""
     temperature: float = Field(0.9, ge=0)
     """Sampling temperature (Kevin was trained and evaluated at 0.9)."""
     max_tokens: int = Field(16384, ge=16)

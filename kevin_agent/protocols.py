@@ -38,7 +38,7 @@ class Generation(BaseModel):
 @runtime_checkable
 class Backend(Protocol):
     """A source of model responses. What it may offer besides (``ReportsEachAnswer``,
-    ``ChecksFirst``, ``KnowsItsCapacity``) it declares by having it."""
+    ``ChecksFirst``, ``KnowsItsCapacity``, ``Replaying``) it declares by having it."""
 
     name: str
     model: str
@@ -91,6 +91,18 @@ class KnowsItsCapacity(Protocol):
     its own, with its KV cache): the run's trajectories default to that, and its first line says so."""
 
     sequences_that_fit: int
+
+
+@runtime_checkable
+class Replaying(Protocol):
+    """A backend that replays fixed scripts of responses, one per task (the scripted backend): one
+    backend can then serve many runs in turn, each from its own script."""
+
+    def cue(self, names: Sequence[str], skip: int) -> None:
+        """Serve the run about to start: the script filed under the first of ``names`` that has
+        one (``UsageError`` naming them all when none has), from response ``skip`` on (those a
+        resumed run has used)."""
+        ...
 
 
 #: Called with (index of the candidate in the batch, stage) as evaluation moves on.

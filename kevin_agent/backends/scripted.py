@@ -3,7 +3,8 @@
 Used by the tests and the demos, and by anyone who wants to see the whole loop without a
 model. Each line is ``{"text": ...}`` with an optional ``"reasoning"`` (thinking that a server
 would return apart from the answer). Responses are served in order across calls: a batch of N
-prompts takes the next N lines.
+prompts takes the next N lines. A folder of such files serves many tasks, each run from its own
+(``script_for``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ class ScriptedBackend(BatchBackend):
     def __init__(
         self, path: Path, *, skip: int = 0, model: str = "scripted", chunk_delay_s: float = 0.0
     ) -> None:
-        self.path = Path(path)
+        self.source = Path(path)
+        """What ``--responses`` named: a script, or a folder of them (one chosen as each run starts)."""
+        self.path = self.source
         self.model = f"{model} (hand-written responses)"
-        self.responses = _load(self.path)
+        self.responses = [] if self.source.is_dir() else _load(self.source)
         if skip < 0:
             raise ValueError("skip must be >= 0")
         #: Index of the next response to serve; ``skip`` resumes after responses already used.
@@ -41,8 +44,19 @@ class ScriptedBackend(BatchBackend):
         self.chunk_delay_s = chunk_delay_s
         """Pause between streamed chunks, so that a demo streams at a readable pace."""
 
+    def cue(self, names: Sequence[str], skip: int) -> None:
+        """Serve the run about to start from response ``skip`` on; from a folder, the script
+        filed under the first of ``names`` that has one (``Replaying``)."""
+        if self.source.is_dir():
+            self.path = script_for(self.source, names)
+            self.responses = _load(self.path)
+        self.position = skip
+
     def _answer(self, prompts: Sequence[str], emit: SerialCallback, cancel: threading.Event | None,
                 on_done: DoneCallback | None) -> list[Generation]:
+        if not self.responses:
+            raise BackendError(f"{self.source} is a folder of scripts and no run has chosen one",
+                               "start runs through kevin-opt, which picks each task's script")
         needed = self.position + len(prompts)
         if needed > len(self.responses):
             turn = self.position // len(prompts) + 1
@@ -105,12 +119,25 @@ def _chunks(text: str) -> list[str]:
     return [text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
 
 
+def script_for(folder: Path, names: Sequence[str]) -> Path:
+    """A task's script in a folder of them: ``<name>.jsonl`` for the first of ``names`` that has
+    one (a task file's stem; for a module group of a model, its members' module paths as the
+    profile prints them, ``layers.0.norm``, then its class name, ``RowNorm``)."""
+    wanted = list(dict.fromkeys(names))
+    for name in wanted:
+        if (folder / f"{name}.jsonl").is_file():
+            return folder / f"{name}.jsonl"
+    raise UsageError(f"the folder {folder} given as --responses has no script for this task: looked for "
+                     + ", ".join(f"{name}.jsonl" for name in wanted),
+                     "add one of those files, or pass --responses FILE.jsonl")
+
+
 def _load(path: Path) -> list[dict[str, str]]:
     """The script's responses; a script that cannot be read is bad input (exit 2), like a bad flag."""
     if not path.is_file():
         raise UsageError(
             f"the response script {path} does not exist",
-            'pass --responses PATH: a JSONL file with one {"text": ...} per line',
+            'pass --responses PATH: a JSONL file with one {"text": ...} per line, or a folder of them',
         )
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

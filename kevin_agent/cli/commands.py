@@ -42,64 +42,53 @@ def dispatch(args, registry: Registry) -> int:
 
 # --- run / resume ------------------------------------------------------------------------------
 def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
-    """`run FILE` and `resume RUN`: in the TUI on a terminal, else headless; one finish path."""
+    """`run FILE` and `resume RUN`: in the TUI on a terminal, else headless; one run session."""
     from ..run import launch
     from ..run.finish import Outputs
+    from ..run.session import RunSession
 
     outputs = Outputs.from_args(args, registry)
+    delivery = dict(replace=args.replace, accept_flagged=args.accept_flagged)
     if resume:
         # Taken before anything loads: a run another process drives is refused here (exit 2).
         store = launch.take_run(args.run_id, args.run_dir)
-        overrides = config_overrides(args)
-
-        def start(sink):
-            return launch.resume_run(store, sink, overrides=overrides, registry=registry, replace=args.replace)
-        run_id, runs_root = store.info.run_id, store.dir.parent
+        session = RunSession.resumed(store, overrides=config_overrides(args), registry=registry, **delivery)
+        runs_root = store.dir.parent
     else:
         config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
-
-        def start(sink):
-            return launch.start_run(config, args.file, sink, registry=registry, replace=args.replace)
-        run_id = None
+        session = RunSession.new(config, args.file, registry=registry, **delivery)
         runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
     if interactive(args):
         from ..tui import run_tui
 
-        return run_tui(start, runs_root=runs_root, outputs=outputs, registry=registry, replace=args.replace,
-                       accept_flagged=args.accept_flagged, run_id=run_id)
-    return run_headless(start, outputs, registry, replace=args.replace, accept_flagged=args.accept_flagged,
-                        run_id=run_id)
+        return run_tui(session, runs_root=runs_root, outputs=outputs, registry=registry)
+    return run_headless(session, outputs, registry)
 
 
-def run_headless(start, outputs, registry: Registry, *, replace: bool, run_id: str | None,
-                 accept_flagged: bool = False) -> int:
+def run_headless(session, outputs, registry: Registry) -> int:
     """Drive a run in this thread with progress on stderr; signals end it through ``interrupts``."""
-    from ..run.finish import Ending, close, drive, execute, make_plan
     from ..run.interrupts import HeadlessSignals
 
-    ending = Ending(run_id=run_id)
     printer = ProgressPrinter()
     with HeadlessSignals() as signals, printer.ticking():
         try:
-            engine = start(printer)
+            engine = session.open(printer)
         except KeyboardInterrupt as exc:
-            ending.signum = getattr(exc, "signum", signal.SIGINT)
-            return close(ending, outputs, registry)
-        ending.engine = engine
+            session.ending.signum = getattr(exc, "signum", signal.SIGINT)
+            return session.close(outputs, registry)
         try:
             signals.attach(engine)
             try:
-                drive(engine, ending)
+                session.drive()
             finally:
                 signals.detach()
             if signals.signum is not None:
-                ending.signum = signals.signum  # the first signal says how the run ended
-            if ending.wants_delivery():
-                ending.plan, records = make_plan(engine, replace=replace, accept_flagged=accept_flagged)
-                ending.delivery = execute(engine, ending.plan, records, say=note)
-            return close(ending, outputs, registry)
+                session.ending.signum = signals.signum  # the first signal says how the run ended
+            if session.ending.wants_delivery():
+                session.deliver(session.plan(), say=note)
+            return session.close(outputs, registry)
         finally:
-            engine.store.release()
+            session.release()
 
 
 # --- check -------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ class Engine:
         search: Search | None = None,
         overlap_generation: bool = False,
         start_note: str = "",
+        owns_backend: bool = True,
     ) -> None:
         self.task, self.config, self.backend, self.evaluator = task, config, backend, evaluator
         self.store, self.sink, self.check = store, sink, check
@@ -82,6 +83,8 @@ class Engine:
         # server, a script): timing need not wait for generation.
         self.overlap_generation = overlap_generation
         self.start_note = start_note
+        # A backend given to many runs is its maker's to close, after the last of them.
+        self.owns_backend = owns_backend
         self.records: list[TurnRecord] = store.records()
         self._stop = threading.Event()
         self._cancel = threading.Event()
@@ -161,10 +164,11 @@ class Engine:
         return BestKernel.of([best.record], self.store.dir)
 
     def close(self) -> None:
-        """Give back the evaluator's workers and the backend (a vLLM engine holds the GPU)."""
+        """Give back the evaluator's workers and the backend this run owns (a vLLM engine holds the GPU)."""
         self._closed = True
         self.evaluator.close()
-        self.backend.close()
+        if self.owns_backend:
+            self.backend.close()
 
     # --- confirmation -------------------------------------------------------------------------
     def confirm(self) -> Confirmation | None:

@@ -11,7 +11,8 @@ def _scripted(config, *, skip: int = 0):
 
     if config.responses is None:
         raise ConfigError("--backend scripted needs --responses PATH",
-                          'point it at a JSONL file with one {"text": ...} per line, e.g. examples/rmsnorm.cpu.jsonl')
+                          'point it at a JSONL file with one {"text": ...} per line, e.g. examples/rmsnorm.cpu.jsonl, '
+                          "or at a folder holding <task file stem>.jsonl for each task")
     return ScriptedBackend(config.responses, skip=skip)
 
 

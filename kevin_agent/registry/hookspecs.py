@@ -17,7 +17,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def register_backends(register):
     """``register(name, factory, *, replays=False)``; ``factory(config: RunConfig) -> Backend``.
     ``replays=True`` declares a backend that replays a fixed sequence of responses: its factory is
-    called as ``factory(config, skip=n)`` with the responses a resumed run has used already."""
+    called as ``factory(config, skip=n)`` with the responses a resumed run has used already; one
+    made once and given to several runs also has ``cue(names, skip)`` (``protocols.Replaying``)."""
 
 
 @hookspec

@@ -1,24 +1,22 @@
-"""How a run ends, once for the headless command and the TUI: whether the best kernel is
-delivered, what stderr says, the JSON summary and reporters, and the exit code.
+"""How a run ends, once for every front end: whether the best kernel is delivered, what stderr
+says, the JSON summary and reporters, and the exit code.
 
-Both front ends fill in an ``Ending`` (the engine, its outcome or error, the signal that ended
-it, the delivery plan and what delivering did) and hand it to ``close``. The TUI only decides
-*when* to deliver (it asks first); whether a run is delivered at all, the success rule and the
-wording are here and in ``delivery``.
+A run's ``session`` fills in an ``Ending`` (the engine, its outcome or error, the signal that
+ended it, the delivery plan and what delivering did) and hands it to ``close``. The TUI only
+decides *when* to deliver (it asks first); whether a run is delivered at all, the success rule
+and the wording are here and in ``delivery``.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ..console import print_error, write_json
-from ..delivery import Delivery, DeliveryPlan, deliver, plan_delivery
+from ..delivery import Delivery, DeliveryPlan
 from ..delivery.report import render_markdown
 from ..results.winner import current, winner
 from ..errors import ExitCode, KevinError
@@ -103,71 +101,6 @@ class Ending:
             saved = f"{len(engine.records)} finished turns are saved. " if engine is not None else ""
             out.append(f"{saved}Continue with: kevin-opt resume {run_id}")
         return out
-
-
-def drive(engine: Engine, ending: Ending) -> None:
-    """Run ``engine`` to its end in this thread, the same for the command line and the terminal UI,
-    and say in ``ending`` how it ended: its outcome, the user-facing error that stopped it mid-run
-    (the finished turns are kept), or the interrupt. The engine is closed whatever happens, and a
-    build that started while an abort was under way is killed."""
-    from .interrupts import kill_run_processes
-
-    ending.engine = engine
-    try:
-        ending.outcome = engine.run()
-    except KevinError as exc:
-        ending.error = exc
-    except KeyboardInterrupt as exc:
-        ending.signum = getattr(exc, "signum", signal.SIGINT)
-    finally:
-        engine.close()
-        if engine.aborted:
-            kill_run_processes()
-
-
-def make_plan(engine: Engine, *, replace: bool = False, accept_flagged: bool = False,
-              ) -> tuple[DeliveryPlan, list[TurnRecord]]:
-    """The delivery plan for the run as it stands, and the records it was made from (``execute``
-    needs the same ones, so the report always describes the kernel the plan names). The best
-    kernels are confirmed first where they are not yet (the run goes on, say); a run that can no
-    longer confirm them (it ended before it could) delivers nothing."""
-    confirmation = engine.confirm()
-    records = engine.store.records()
-    if confirmation is None and any(r.correct for r in records):
-        return DeliveryPlan(nothing="the best kernels were not confirmed (the run ended before they could be): "
-                                    "resume the run to confirm and deliver them", commit_wanted=engine.config.commit), records
-    return plan_delivery(engine.task, engine.store.info, records, engine.config, replace=replace,
-                         accept_flagged=accept_flagged), records
-
-
-def execute(engine: Engine, plan: DeliveryPlan, records: list[TurnRecord], *, declined: bool = False,
-            say: Callable[[str], None] | None = None) -> Delivery:
-    """Carry ``plan`` out and record in run.json what it did. ``say`` hears, as it starts, what
-    takes a while (the whole model run with the kernel)."""
-    delivery = deliver(plan, engine.task, engine.store.info, records, declined=declined,
-                       whole_model=_whole_model(engine, say) if plan.model_file is not None else None)
-    info = engine.store.info
-    engine.store.update_info(commit=delivery.commit or info.commit, delivery=delivery.headline())
-    return delivery
-
-
-def _whole_model(engine: Engine, say: Callable[[str], None] | None):
-    """The whole model with and without a delivered kernel, in fresh workers on the run's device
-    (``delivery.e2e``); no profile, so no Amdahl prediction (``kevin-opt e2e --profile`` gives one)."""
-    from ..delivery.e2e import DEFAULT_ROUNDS, measure
-    from ..model.modelfile import load_model_file
-
-    settings = engine.config.eval_settings(engine.store.info.device)
-
-    def run(model_path: Path, kernel: Path):
-        if say is not None:
-            say(f"running the whole model {model_path.name} with and without the kernel before the commit "
-                "(--no-e2e skips this)")
-        result = measure(load_model_file(model_path), kernel, settings, profile=None, rounds=DEFAULT_ROUNDS)
-        # Beside the task, as the report names them: it is committed, the person's absolute paths are not.
-        return result.model_copy(update={"model_file": model_path.name, "kernel_file": kernel.name})
-
-    return run
 
 
 def close(ending: Ending, outputs: Outputs, registry: Registry, stream: TextIO | None = None) -> int:

@@ -8,6 +8,7 @@ source of mistakes) before the backend is created (which may load a 32B model).
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import __version__
@@ -17,7 +18,7 @@ from ..engine.loop import Engine
 from ..errors import ConfigError, TaskError
 from ..events import Notice
 from ..gpus import detect_gpus, eval_worker_env, plan_gpus
-from ..protocols import ChecksFirst, EventSink, KnowsItsCapacity
+from ..protocols import Backend, ChecksFirst, EventSink, KnowsItsCapacity, Replaying
 from ..registry import Registry, build_registry
 from ..results import RunInfo, TaskRef
 from ..store import RunStore, default_runs_root, new_run_id, now_iso
@@ -48,27 +49,51 @@ def _placement(config: RunConfig):
     return settings, plan.overlaps, said
 
 
-def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settings, *, skip: int = 0,
-                       on_probed=None):
+def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settings, *, backend: Backend | None,
+                       names: Sequence[str] = (), skip: int = 0, on_probed=None):
     """Evaluator first (the task is probed, cheap and the usual source of mistakes), then the
-    backend (which may load a 32B model); nothing is left running if either fails."""
+    backend (which may load a 32B model), unless the run was given one; nothing the run made is
+    left running if either fails. A backend that replays scripts is cued for this task: its
+    script (``names``, else the task file's stem), from the responses a resumed run used on."""
     evaluator = registry.make_evaluator(task, settings)
+    given = backend is not None
     try:
         task.probe = evaluator.probe()
         if on_probed is not None:
             on_probed(evaluator)
-        backend = registry.make_backend(config, skip=skip)
+        if backend is None:
+            backend = registry.make_backend(config, skip=skip)
     except BaseException:
         evaluator.close()
         raise
     try:
+        if not given and isinstance(backend, ChecksFirst):
+            backend.check()
+        if isinstance(backend, Replaying):
+            backend.cue(list(names) or [task.path.stem], skip)
+        elif given and config.backend in registry.replaying:
+            raise ConfigError(f"the {config.backend} backend replays one run's responses and cannot serve "
+                              "several runs", "give it a cue(names, skip) method (see protocols.Replaying)")
+    except BaseException:
+        evaluator.close()
+        if not given:
+            backend.close()
+        raise
+    return evaluator, backend
+
+
+def open_backend(config: RunConfig, registry: Registry | None = None) -> Backend:
+    """One backend for many runs (a model's modules, a bench's tasks: Kevin loaded once), checked
+    once; each run is given it and leaves it open: closing it is the caller's."""
+    registry = registry or build_registry()
+    backend = registry.make_backend(config)
+    try:
         if isinstance(backend, ChecksFirst):
             backend.check()
     except BaseException:
-        evaluator.close()
         backend.close()
         raise
-    return evaluator, backend
+    return backend
 
 
 def _keep_out_of_git(runs_root: Path) -> None:
@@ -92,9 +117,11 @@ def _say_refusals_ahead(task: Task, config: RunConfig, evaluator, sink: EventSin
 
 
 def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: Registry | None = None,
-              replace: bool = False) -> Engine:
-    """A new run, ready to go. ``replace``: --replace was given (the delivery may overwrite what
-    git could not restore)."""
+              backend: Backend | None = None, names: Sequence[str] = (), replace: bool = False) -> Engine:
+    """A new run, ready to go. ``backend``: one given to many runs (``open_backend``), used and
+    left open; without it the run makes its own and closes it. ``names``: what a ``--responses``
+    folder files the task's script under. ``replace``: --replace was given (the delivery may
+    overwrite what git could not restore)."""
     registry = registry or build_registry()
     # A mistyped name fails before anything is loaded.
     registry.backend_factory(config.backend)
@@ -104,7 +131,8 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
     task = load_task(task_file, config.class_name)
     config = config.model_copy(update={"device": resolve_device(config)})
     settings, overlaps, layout = _placement(config)
-    evaluator, backend = _probe_and_connect(registry, task, config, settings)
+    owned = backend is None
+    evaluator, backend = _probe_and_connect(registry, task, config, settings, backend=backend, names=names)
     _say_refusals_ahead(task, config, evaluator, sink, replace)
     config, note = _settle_trajectories(config, backend)
     if layout:
@@ -122,14 +150,15 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         store = RunStore.create(root, info)
     except OSError as exc:
         evaluator.close()
-        backend.close()
+        if owned:
+            backend.close()
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
     if config.run_dir is None:
         _keep_out_of_git(root)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
                   check=registry.check, search=registry.make_search(config), start_note=note,
-                  overlap_generation=overlaps)
+                  overlap_generation=overlaps, owns_backend=owned)
 
 
 def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
@@ -168,19 +197,21 @@ def take_run(run_id: str, runs_root: Path | None = None) -> RunStore:
 
 
 def resume_run(run: str | RunStore, sink: EventSink, *, runs_root: Path | None = None,
-               overrides: dict | None = None, registry: Registry | None = None, replace: bool = False) -> Engine:
-    """Continue a stored run (a run id, or a store ``take_run`` gave). If it cannot be
-    continued, the run is given up again."""
+               overrides: dict | None = None, registry: Registry | None = None, backend: Backend | None = None,
+               names: Sequence[str] = (), replace: bool = False) -> Engine:
+    """Continue a stored run (a run id, or a store ``take_run`` gave); ``backend`` and ``names``
+    as for ``start_run``. If it cannot be continued, the run is given up again."""
     registry = registry or build_registry()
     store = run if isinstance(run, RunStore) else take_run(run, runs_root)
     try:
-        return _resume(store, sink, overrides, registry, replace)
+        return _resume(store, sink, overrides, registry, replace, backend, names)
     except BaseException:
         store.release()
         raise
 
 
-def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: Registry, replace: bool) -> Engine:
+def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: Registry, replace: bool,
+            backend: Backend | None, names: Sequence[str]) -> Engine:
     info = store.info
     saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
     config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})
@@ -202,8 +233,11 @@ def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: 
                                                        f"on {evaluator.device_name}; speedups are not comparable"))
 
     settings, overlaps, _ = _placement(config)
-    evaluator, backend = _probe_and_connect(registry, task, config, settings, skip=len(store.all_records()),
-                                            on_probed=warn_if_moved)
+    owned = backend is None
+    # Every response the run used, cancelled ones too, is skipped by a backend that replays them.
+    evaluator, backend = _probe_and_connect(registry, task, config, settings, backend=backend, names=names,
+                                            skip=len(store.all_records()), on_probed=warn_if_moved)
     _say_refusals_ahead(task, config, evaluator, sink, replace)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
-                  check=registry.check, search=registry.make_search(config), overlap_generation=overlaps)
+                  check=registry.check, search=registry.make_search(config), overlap_generation=overlaps,
+                  owns_backend=owned)

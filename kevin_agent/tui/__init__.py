@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..run import finish
-from .app import EngineFactory, KevinApp
+from ..run.session import RunSession
+from .app import KevinApp
 
 if TYPE_CHECKING:
     from ..registry import Registry
@@ -17,34 +18,31 @@ if TYPE_CHECKING:
 __all__ = ["KevinApp", "history_tui", "run_tui"]
 
 
-def run_tui(start: EngineFactory, *, runs_root: Path | None, outputs: finish.Outputs, registry: Registry,
-            replace: bool = False, accept_flagged: bool = False, run_id: str | None = None) -> int:
+def run_tui(session: RunSession, *, runs_root: Path | None, outputs: finish.Outputs, registry: Registry) -> int:
     """Run (or resume) with the run screen open; returns the exit code of the headless contract."""
-    app = KevinApp(start, runs_root=runs_root, exit_on_start_error=True, replace=replace,
-                   accept_flagged=accept_flagged, handle_signals=True)
+    app = KevinApp(session, runs_root=runs_root, exit_on_start_error=True, replace=session.replace,
+                   accept_flagged=session.accept_flagged, handle_signals=True)
     app.run()
-    return _close(app, outputs, registry, run_id)
+    return _close(app, outputs, registry)
 
 
 def history_tui(runs_root: Path, registry: Registry) -> int:
     """Browse stored runs; a run resumed from here runs in the same window and ends the same way."""
     app = KevinApp(runs_root=runs_root, handle_signals=True)
     app.run()
-    return _close(app, finish.Outputs(), registry, None)
+    return _close(app, finish.Outputs(), registry)
 
 
-def _close(app: KevinApp, outputs: finish.Outputs, registry: Registry, run_id: str | None) -> int:
+def _close(app: KevinApp, outputs: finish.Outputs, registry: Registry) -> int:
     ending = app.ending()
-    ending.run_id = run_id
-    engine = ending.engine
-    if engine is not None and ending.wants_delivery() and ending.delivery is None and ending.plan is not None:
-        # The app was left with the question open: that is a no.
-        ending.delivery = finish.execute(engine, ending.plan, app.plan_records, declined=True)
-    try:
-        code = finish.close(ending, outputs, registry)
-    finally:
-        if engine is not None:
-            engine.store.release()
+    session = app.session
+    if session is None:
+        code = finish.close(ending, outputs, registry)  # no run was shown
+    else:
+        unanswered = ending.plan is not None and ending.delivery is None
+        if session.engine is not None and ending.wants_delivery() and unanswered:
+            session.deliver(declined=True)  # the app was left with the question open: that is a no
+        code = session.close(outputs, registry)
     if app.abandoned:
         # A second signal: the engine's thread may still be unwinding; do not wait for it.
         sys.stderr.flush()

@@ -2,10 +2,11 @@
 
 The engine never learns about the UI: it reports through a ``TuiSink`` (events become
 messages) and is steered through its thread-safe ``request_stop`` / ``cancel_generation`` /
-``abort``. Every worker failure lands in ``on_worker_state_changed``. How a run ends (delivery
-plan, success rule, wording, exit code) is ``finish``'s: the app decides when to deliver (it
-asks first) and collects an ``Ending``. SIGTERM, SIGHUP and an outside SIGINT arrive through
-the event loop and end the run as they do headless.
+``abort``. Every worker failure lands in ``on_worker_state_changed``. The run's steps (open,
+drive, plan, deliver) are its ``RunSession``'s, each called from a worker; how a run ends
+(delivery plan, success rule, wording, exit code) is ``finish``'s: the app decides when to
+deliver (it asks first) and its session collects the ``Ending``. SIGTERM, SIGHUP and an
+outside SIGINT arrive through the event loop and end the run as they do headless.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..formatting import confirmed_line
 from ..protocols import EventSink
 from ..run import finish
 from ..run.interrupts import kill_run_processes, signal_name
+from ..run.session import RunSession
 from ..store import default_runs_root, lock_owner
 from .messages import (
     ConfirmationFinishedMessage,
@@ -53,10 +55,9 @@ from .signals import AppSignals
 if TYPE_CHECKING:
     from ..delivery import Delivery, DeliveryPlan
     from ..engine.loop import Engine, RunOutcome
-    from ..results import TurnRecord
 
 EngineFactory = Callable[[EventSink], "Engine"]
-"""Builds the engine (``start_run`` / ``resume_run``); called in the worker thread."""
+"""Opens the engine (``start_run`` / ``resume_run``); called in the worker thread."""
 ResumeFactory = Callable[[str, EventSink], "Engine"]
 
 
@@ -73,7 +74,7 @@ class KevinApp(App[int]):
 
     def __init__(
         self,
-        engine_factory: EngineFactory | None = None,
+        run: RunSession | EngineFactory | None = None,
         *,
         runs_root: Path | None = None,
         resume_factory: ResumeFactory | None = None,
@@ -84,11 +85,12 @@ class KevinApp(App[int]):
         handle_signals: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Open the run screen when ``engine_factory`` is given, the history screen otherwise.
-        ``replace``, ``accept_flagged``: those flags were given. ``handle_signals``: SIGINT, SIGTERM
-        and SIGHUP end the run (the app owns the process, as ``kevin-opt`` on a terminal)."""
+        """Open the run screen when ``run`` is given (a session, or what opens its engine), the
+        history screen otherwise. ``replace``, ``accept_flagged``: those flags were given.
+        ``handle_signals``: SIGINT, SIGTERM and SIGHUP end the run (the app owns the process, as
+        ``kevin-opt`` on a terminal)."""
         super().__init__()
-        self.engine_factory = engine_factory
+        self.first_run = run
         self.runs_root = Path(runs_root) if runs_root is not None else None
         self.resume_factory = resume_factory or self._resume_from_store
         self.deliver_at_end = deliver_at_end
@@ -101,16 +103,15 @@ class KevinApp(App[int]):
         self.signals = AppSignals(self.interrupt)
         self.notices = Notices(self, lambda **toast: App.notify(self, **toast))
         self.start_error: KevinError | None = None
-        self.error: KevinError | None = None
-        """Why the run (or its start) failed."""
         self.sink = TuiSink(self)
         self.run_screen = RunScreen(clock)
         self.history_screen: HistoryScreen | None = None
-        self.engine: Engine | None = None
+        self.session: RunSession | None = None
+        """The run shown: opened, driven and delivered by workers."""
         self.outcome: RunOutcome | None = None
-        self.plan: DeliveryPlan | None = None
-        self.plan_records: list[TurnRecord] = []
+        """How the run shown ended, once the screen has said so."""
         self.delivery: Delivery | None = None
+        """What its last delivery did, once the screen has said so."""
         self.signum: int | None = None
         """The signal that ends the run (and the app)."""
         self.running = False
@@ -122,10 +123,17 @@ class KevinApp(App[int]):
     def exit_code(self) -> int:
         return self.ending().exit_code
 
+    @property
+    def engine(self) -> Engine | None:
+        return self.session.engine if self.session is not None else None
+
     def ending(self) -> finish.Ending:
-        """How the run shown ended, for ``finish.close``."""
-        return finish.Ending(engine=self.engine, outcome=self.outcome, error=self.error, signum=self.signum,
-                             quit=self._quitting, plan=self.plan, delivery=self.delivery)
+        """How the run shown ended, for ``finish.close``: its session's, with the signal that
+        ends the app and whether the person quit."""
+        ending = self.session.ending if self.session is not None else finish.Ending()
+        ending.signum = self.signum if self.signum is not None else ending.signum
+        ending.quit = ending.quit or self._quitting
+        return ending
 
     @property
     def abandoned(self) -> bool:
@@ -136,9 +144,12 @@ class KevinApp(App[int]):
     def on_mount(self) -> None:
         self._install_signal_handlers()
         self.add_mode("run", lambda: self.run_screen)
-        if self.engine_factory is not None:
+        if self.first_run is not None:
             self.switch_mode("run")
-            self.start_engine(self.engine_factory)
+            if isinstance(self.first_run, RunSession):
+                self.start_session(self.first_run)
+            else:
+                self.start_engine(self.first_run)
         else:
             self.action_open_history()
 
@@ -191,22 +202,24 @@ class KevinApp(App[int]):
 
     # --- the engine -----------------------------------------------------------------------
     def start_engine(self, factory: EngineFactory) -> None:
+        """Show the run ``factory`` opens."""
+        self.start_session(RunSession(factory, replace=self.replace, accept_flagged=self.accept_flagged))
+
+    def start_session(self, session: RunSession) -> None:
+        """Show ``session``'s run, opened and driven in a worker."""
         self._settle()
-        self.running, self.engine, self.outcome, self.error = True, None, None, None
-        self.plan, self.plan_records, self.delivery = None, [], None
+        self.session, self.running, self.outcome, self.delivery = session, True, None, None
         self.run_screen.set_status("starting: loading the task and probing its inputs", "$text-accent")
-        self._run_engine(factory)
+        self._run_engine(session)
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def _run_engine(self, factory: EngineFactory) -> RunOutcome:
-        engine = factory(self.sink)
-        self.engine = engine
+    def _run_engine(self, session: RunSession) -> RunOutcome:
+        engine = session.open(self.sink)
         if self.signum is not None:
             engine.abort()  # the signal came while the engine was being made
         elif self._quitting:
             engine.halt()  # so did the person's quit
-        ending = finish.Ending()
-        finish.drive(engine, ending)
+        ending = session.drive()
         if ending.error is not None:
             raise ending.error  # the worker's failure handler says it, as for any error here
         return ending.outcome
@@ -240,8 +253,8 @@ class KevinApp(App[int]):
     def _settle(self) -> None:
         """The run shown is over and its delivery done: give the run up, so that other
         processes see it as it is (and may resume it)."""
-        if self.engine is not None and not self.running and not self._delivering:
-            self.engine.store.release()
+        if self.session is not None and not self.running and not self._delivering:
+            self.session.release()
 
     @on(RunStartedMessage)
     @on(TurnStartedMessage)
@@ -349,20 +362,18 @@ class KevinApp(App[int]):
         if self._delivering:
             self.notify("a delivery is in progress", severity="warning")
             return
-        self._plan_delivery(self.engine)
+        self._plan_delivery(self.session)
 
     # --- delivery: one plan, shown, then carried out ------------------------------------------
     @work(thread=True, group="plan", exit_on_error=False)
-    def _plan_delivery(self, engine: Engine, at_end: bool = False) -> tuple[Engine, DeliveryPlan, list, bool]:
-        engine.store.take()  # after the run it was given up; another process may have taken it since
-        plan, records = finish.make_plan(engine, replace=self.replace, accept_flagged=self.accept_flagged)
-        return engine, plan, records, at_end
+    def _plan_delivery(self, session: RunSession, at_end: bool = False) -> tuple[RunSession, DeliveryPlan, bool]:
+        session.engine.store.take()  # after the run it was given up; another process may have taken it since
+        return session, session.plan(), at_end
 
-    def _ask(self, engine: Engine, plan: DeliveryPlan, records: list, at_end: bool) -> None:
-        self.plan, self.plan_records = plan, records
+    def _ask(self, session: RunSession, plan: DeliveryPlan, at_end: bool) -> None:
         if plan.kernel is None or plan.blocked:
             if at_end:
-                self._deliver(engine, plan, records)  # nothing to ask: the delivery says why
+                self._deliver(session, plan)  # nothing to ask: the delivery says why
             else:
                 self.notify(plan.why_not_written(), severity="warning", timeout=15, markup=False)
                 self._settle()
@@ -371,9 +382,9 @@ class KevinApp(App[int]):
 
         def answered(answer: bool | None) -> None:
             if answer:
-                self._deliver(engine, plan.consented(), records)
+                self._deliver(session, plan.consented())
             elif at_end:
-                self._deliver(engine, plan, records, declined=True)
+                self._deliver(session, plan, declined=True)
             else:
                 self.notify("nothing written, nothing committed")
                 self._settle()
@@ -381,12 +392,12 @@ class KevinApp(App[int]):
         self.push_screen(ConfirmScreen(title, commit_summary(plan), yes=yes), answered)
 
     @work(thread=True, group="deliver", exit_on_error=False)
-    def _deliver(self, engine: Engine, plan: DeliveryPlan, records: list, *, declined: bool = False) -> Delivery:
+    def _deliver(self, session: RunSession, plan: DeliveryPlan, *, declined: bool = False) -> Delivery:
         self._delivering = True
         try:
-            return finish.execute(engine, plan, records, declined=declined,
-                                  say=lambda text: self.call_from_thread(self.run_screen.set_status, text,
-                                                                         "$text-accent"))
+            return session.deliver(plan, declined=declined,
+                                   say=lambda text: self.call_from_thread(self.run_screen.set_status, text,
+                                                                          "$text-accent"))
         finally:
             self._delivering = False
 
@@ -428,8 +439,8 @@ class KevinApp(App[int]):
                 self._settle()
                 self.exit(self.exit_code)
                 return
-            if isinstance(error, KevinError):
-                self.error = error
+            if isinstance(error, KevinError) and self.session is not None:
+                self.session.ending.error = error
         if (worker.group == "engine" and self.engine is None and self.exit_on_start_error
                 and isinstance(error, KevinError)):
             self.start_error = error
@@ -461,7 +472,7 @@ class KevinApp(App[int]):
             self._settle()  # `c` already delivered the kernel the run ended with
             return
         if self.deliver_at_end:
-            self._plan_delivery(self.engine, at_end=True)
+            self._plan_delivery(self.session, at_end=True)
         else:
             self._settle()
 

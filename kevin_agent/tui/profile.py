@@ -68,4 +68,4 @@ def profile_tui(model_file: ModelFile, config: RunConfig, settings: EvalSettings
     app = ProfileApp(model_file, config, settings, forwards=forwards, registry=registry, exit_on_start_error=True,
                      handle_signals=True)
     app.run()
-    return _close(app, finish.Outputs(), registry, None)
+    return _close(app, finish.Outputs(), registry)
