@@ -59,6 +59,10 @@ class RunNotFound(KevinError):
     """A run id that is not in the run store."""
 
 
+class RunUnreadable(KevinError):
+    """A run directory in a layout (``schema``) this version of kevin-opt does not read."""
+
+
 class RunLocked(KevinError):
     """The run is driven by another live process: two owners would write the same turns twice."""
 

@@ -1,4 +1,5 @@
-"""The interfaces the engine is built from. Parts are injected, never subclassed."""
+"""The interfaces the engine is built from. Parts are injected, never subclassed; what a part may
+offer besides is declared here too, as a protocol of its own that ``isinstance`` recognises."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from .events import Event
-from .results import Confirmation, EvalResult, Stage, TurnRecord
+from .results import Confirmation, EvalResult, RunInfo, Stage, TurnRecord
 from .task import TaskProbe
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
@@ -35,18 +37,11 @@ class Generation(BaseModel):
 
 @runtime_checkable
 class Backend(Protocol):
-    """A source of model responses.
-
-    A backend may also have ``check()``, called once before a run starts and before its run
-    directory is made: it raises ``BackendError`` when the backend cannot serve the run (a server
-    that does not answer, or does not serve the model), so that the person hears the cause first.
-    """
+    """A source of model responses. What it may offer besides (``ReportsEachAnswer``,
+    ``ChecksFirst``, ``KnowsItsCapacity``, ``Replaying``) it declares by having it."""
 
     name: str
     model: str
-    calls_on_done: bool
-    """Whether ``generate`` calls ``on_done`` as each prompt is answered (a backend that does not
-    declare it is not given one, and its candidates are built when the whole turn is in)."""
 
     def generate(
         self,
@@ -70,6 +65,32 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReportsEachAnswer(Protocol):
+    """A backend whose ``generate`` calls ``on_done`` as each prompt is answered (when
+    ``calls_on_done`` is true), so that its candidates are built while the others still generate;
+    any other is not given ``on_done``, and its candidates are built when the whole turn is in."""
+
+    calls_on_done: bool
+
+
+@runtime_checkable
+class ChecksFirst(Protocol):
+    """A backend that can tell before a run whether it can serve it: ``check()`` is called once,
+    before the run directory is made, and raises ``BackendError`` when it cannot (a server that
+    does not answer, or does not serve the model), so that the person hears the cause first."""
+
+    def check(self) -> None: ...
+
+
+@runtime_checkable
+class KnowsItsCapacity(Protocol):
+    """A backend that knows how many sequences of the full context it serves at once (an engine of
+    its own, with its KV cache): the run's trajectories default to that, and its first line says so."""
+
+    sequences_that_fit: int
 
 
 @runtime_checkable
@@ -163,6 +184,9 @@ class Search(Protocol):
     """Decides which histories a turn continues: the slots of each turn's batch."""
 
     name: str
+    branch_takes_slot: bool
+    """Whether a branch the person starts takes the weakest slot of the next batch (a beam keeps its
+    width), rather than adding a trajectory of its own."""
 
     def slots(self, turn: int, records: Sequence[TurnRecord], trajectories: int) -> list[Slot]:
         """The slots of ``turn``, given every finished turn so far (in any order) and the run's
@@ -173,3 +197,16 @@ class Search(Protocol):
 @runtime_checkable
 class EventSink(Protocol):
     def emit(self, event: Event) -> None: ...
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """A file written about a run when its option is given a path (``--junit PATH``)."""
+
+    cli_option: str
+    """The option that names the file, ``--junit``."""
+    help: str
+
+    def write(self, path: Path, info: RunInfo, records: Sequence[TurnRecord], best: TurnRecord | None) -> None:
+        """Write the file for the run as it ended (``best``: the winner's turn, or None)."""
+        ...

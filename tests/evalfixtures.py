@@ -99,9 +99,11 @@ RUNTIME_CHEATS = ["wrong_values", "never_written", "modifies_input", "cached_out
 @pytest.fixture(scope="session")
 def python_batch(cpu_evaluator, scale_task, cpu_settings):
     """Run-time cheats that need no compiler (the evaluator does not rely on the static checks),
-    and the plain-PyTorch honest candidate with the operator audit off (it is on by default)."""
+    and plain-PyTorch candidates with the operator audit off (it is on by default): the honest one,
+    and two that write on the worker's pipe."""
     results = dict(zip(RUNTIME_CHEATS, cpu_evaluator.evaluate([runtime_source(n) for n in RUNTIME_CHEATS])))
     no_audit = LocalEvaluator(scale_task, cpu_settings.model_copy(update={"op_audit": False}))
-    (results["honest_python"],) = no_audit.evaluate([runtime_source("honest_python")])
+    plain = ["honest_python", "garbles_the_pipe", "dies_mid_message"]
+    results.update(zip(plain, no_audit.evaluate([runtime_source(n) for n in plain])))
     no_audit.close()
     return results

@@ -1,5 +1,6 @@
 """docs/architecture.md's table of packages is the code's: every package and top-level module is in
-it, each imports exactly what its row says, and each row imports only rows above it (layers)."""
+it, each imports exactly what its row says, and each row imports only rows above it (layers); and
+nothing outside a package reaches past its face (its ``Faces`` section)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,30 @@ def test_rows_are_layers():
         assert allowed <= seen, f"{room} imports {sorted(allowed - seen)}, which sit at or below it in the table"
         seen.add(room)
 
+
+def _reaching_past(face: str, allowed: set[str]) -> list[str]:
+    """Imports from outside ``face``'s package of its modules other than ``allowed`` (type-only ones
+    included: a face is a face for the type checker too)."""
+    inside = face + "."
+    return sorted(f"{module} imports {target}" for module, targets in _imports(typing=True).items()
+                  if module != face and not module.startswith(inside)
+                  for target in targets if target.startswith(inside) and target not in allowed)
+
+
+def test_worker_processes_are_used_through_their_face_alone():
+    assert _reaching_past("kevin_agent.workers", set()) == []
+
+
+def test_nothing_outside_evaluate_reaches_into_its_parent_or_worker_side():
+    # The worker side's own face (``evaluate.worker``) is what other workers measure with.
+    sides = ("kevin_agent.evaluate.parent", "kevin_agent.evaluate.worker.")
+    past = [line for line in _reaching_past("kevin_agent.evaluate", {"kevin_agent.evaluate.worker"})
+            if line.split(" imports ")[1].startswith(sides)]
+    assert past == []
+
+
+def test_the_faces_are_checked_against_real_imports():
+    graph = _imports(typing=True)
+    assert "kevin_agent.workers" in graph["kevin_agent.model.process"]
+    assert "kevin_agent.evaluate.worker" in graph["kevin_agent.model.worker.main"]
+    assert "kevin_agent.workers.parent" in graph["kevin_agent.workers"]

@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import tomllib
+import sys
+import zipfile
 
 import pytest
 
 from .clihelp import REPO
 
 
-def test_every_package_is_listed_for_the_wheel():
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "kevin_agent").rglob("__init__.py")}
-    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+@pytest.mark.slow
+def test_the_wheel_ships_every_package_with_the_prompts_and_plugins_inside(tmp_path):
+    """Built from a copy of the sources (the build writes beside them), without the network."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for folder in ("kevin_agent", "prompts", "plugins"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source),
+                          "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (wheel,) = (tmp_path / "dist").glob("kevin_opt-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    packages = {p.relative_to(REPO).as_posix() for p in (REPO / "kevin_agent").rglob("__init__.py")}
+    assert len(packages) > 20 and packages <= shipped, sorted(packages - shipped)
+    inside = {"kevin_agent/prompts/prompt.j2", "kevin_agent/prompts/examples/cuda_add.py",
+              "kevin_agent/plugins/junit.py", "kevin_agent/tui/app.tcss"}
+    assert inside <= shipped, sorted(inside - shipped)
 
 
 def git(*args: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ import sys
 from kevin_agent.registry import build_registry
 
 PLUGIN = '''
-from kevin_agent.hookspecs import hookimpl
+from kevin_agent.registry.hookspecs import hookimpl
 from kevin_agent.results import Violation
 
 def no_printf(tree, source, device):
@@ -34,7 +34,7 @@ def test_builtins_come_through_the_same_hooks():
 
 
 SEARCH_PLUGIN = '''
-from kevin_agent.hookspecs import hookimpl
+from kevin_agent.registry.hookspecs import hookimpl
 from kevin_agent.engine.search import IndependentSearch
 
 class EveryOther(IndependentSearch):
@@ -92,7 +92,7 @@ def test_broken_plugin_is_reported_on_stderr_and_the_tool_goes_on(tmp_path):
 
 
 REPLAY_PLUGIN = '''
-from kevin_agent.hookspecs import hookimpl
+from kevin_agent.registry.hookspecs import hookimpl
 
 def replay(config, *, skip=0):
     from kevin_agent.backends.scripted import ScriptedBackend

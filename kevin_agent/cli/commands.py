@@ -10,14 +10,14 @@ from typing import Any
 from ..config import RunConfig, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
-from ..engine.confirmation import best_of_run, confirmed_turns
+from ..results.winner import best_of_run, confirmed_turns
 from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
                          fmt_speedup, marked_speedup, second_look, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
 from ..registry import Registry
 from ..results import Status
 from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
-from ..engine.lineage import tree_lines
+from ..results.lineage import tree_lines
 from ..store import RunStore, default_runs_root, effective_status, list_runs
 
 

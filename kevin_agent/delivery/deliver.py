@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..engine.confirmation import Winner, winner
+from ..results.winner import Winner, winner
 from ..errors import GitError, KevinError
 from ..results import RunInfo, TurnRecord
 from ..results.records import E2EResult
@@ -99,8 +99,7 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
     best = winner(info, records)
     if best is None or (best.trajectory, best.turn) != (plan.kernel.trajectory, plan.kernel.turn):
         raise ValueError("deliver() needs the records the plan was made from")
-    repo = gitops.find_repo(plan.kernel_path.parent)
-    try:
+    with gitops.opened(plan.kernel_path.parent) as repo:
         # The plan may have waited on a question: a target edited since then is not overwritten.
         now = gitops.path_states(repo, plan.paths)
         changed = [str(p) for p in plan.paths if now[p] != plan.states[p]]
@@ -117,9 +116,6 @@ def deliver(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Tur
         else:
             _left_uncommitted(delivery, "; ".join(plan.problems))
         return delivery
-    finally:
-        if repo is not None:
-            repo.close()
 
 
 def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[TurnRecord], best: Winner,

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from ..config import EvalSettings
 from ..errors import KevinError
-from ..evaluate.parent.builds import compile_in
-from ..evaluate.parent.pool import scrubbed_env
+from ..evaluate import compile_in
 from ..evaluate.toolchain import cache
 from ..model.delivered import FOOTER_MARK
 from ..model.jobs import E2ERun
@@ -30,6 +29,7 @@ from ..model.process import checked, run_model_job
 from ..model.ranking import amdahl
 from ..model.records import InstallEnvelope, ModelProfile
 from ..results.records import E2EResult
+from ..workers import scrubbed_env
 from .kernel_module import CLAIM_PREFIX, read_claim
 
 DEFAULT_ROUNDS = 2

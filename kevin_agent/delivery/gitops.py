@@ -8,10 +8,11 @@ rewritten wholesale; afterwards only the committed paths are refreshed in their 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -55,6 +56,18 @@ def find_repo(path: Path) -> git.Repo | None:
         return git.Repo(start, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[git.Repo | None]:
+    """``find_repo(path)`` for the ``with`` block, closed after it: GitPython keeps `git cat-file`
+    processes running per open repository."""
+    repo = find_repo(path)
+    try:
+        yield repo
+    finally:
+        if repo is not None:
+            repo.close()
 
 
 def _git_path(repo: git.Repo, name: str) -> Path:

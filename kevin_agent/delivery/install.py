@@ -111,8 +111,9 @@ def write_change(model_file: ModelFile, change: Change) -> None:
     if change.new_text is None or change.why_not:
         raise ModelError(f"{model_file.given}: the change cannot be written: {change.why_not}",
                          "add the lines shown by hand where your model is built")
-    repo = gitops.find_repo(model_file.path)
-    if repo is not None and gitops.path_states(repo, [model_file.path])[model_file.path] == "modified":
+    with gitops.opened(model_file.path) as repo:
+        modified = repo is not None and gitops.path_states(repo, [model_file.path])[model_file.path] == "modified"
+    if modified:
         raise ModelError(f"{model_file.given}: has uncommitted changes; they are yours and stay untouched",
                          "commit or stash them, then run kevin-opt install --write again")
     model_file.path.write_text(change.new_text, encoding="utf-8")

@@ -3,8 +3,8 @@
 The candidate's source goes in unchanged, so what the person imports is byte for byte what
 was verified and timed; only a header in front says what it is and how to use it. Its numbers
 are the confirmation's (``confirmation.py``) where the run's best kernels were confirmed. The
-header ends in one machine-readable comment line (``# kevin-opt-kernel: {json}``) claiming that
-same speedup: before a later run replaces the module it reads what this one claims
+header ends in one machine-readable comment line (``# kevin-opt-kernel: {json}``, with its
+``schema``) claiming that same speedup: before a later run replaces the module it reads what this one claims
 (``read_claim``), so that a better kernel is never replaced silently.
 """
 
@@ -14,9 +14,9 @@ import json
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from ..engine.confirmation import Winner
+from ..results.winner import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
 from ..model.delivered import (
     envelope,
@@ -26,16 +26,19 @@ from ..model.delivered import (
 )
 from ..model.marks import extracted_from
 from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
+from ..results.versioned import Versioned, schema_field
 from ..task import Task
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
+CLAIM_SCHEMA = 1
 _HEADER_LINES = 80
 """The claim is in the header; the candidate's own code is never read for it."""
 
 
-class KernelClaim(BaseModel):
-    """What a delivered module says about itself."""
+class KernelClaim(Versioned):
+    """What a delivered module says about itself (a claim written before it was numbered is of layout 1)."""
 
+    schema_: int = schema_field(CLAIM_SCHEMA)
     speedup: float
     """Speedup over eager PyTorch where it was measured (the confirmed median where confirmed)."""
     confirmation: ConfirmedSpeedup | None = None

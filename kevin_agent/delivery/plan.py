@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..config import RunConfig
-from ..engine.confirmation import Winner, current, winner
+from ..results.winner import Winner, current, winner
 from ..formatting import fmt_confirmed
 from ..model.marks import extracted_from
 from ..results import RunInfo, TurnRecord
@@ -278,8 +278,7 @@ def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], conf
                         commit_wanted=config.commit, branch=config.branch, message=commit_message(task, info, best),
                         replace=replace, flagged=best.flag, accept_flagged=accept_flagged,
                         model_file=extracted_model(task) if config.e2e else None, accept_slower=config.accept_slower)
-    repo = gitops.find_repo(kernel_path.parent)
-    try:
+    with gitops.opened(kernel_path.parent) as repo:
         plan.states = gitops.path_states(repo, plan.paths)
         if repo is not None:
             plan.repo_root = Path(repo.working_tree_dir) if repo.working_tree_dir else None
@@ -287,9 +286,6 @@ def plan_delivery(task: Task, info: RunInfo, records: Sequence[TurnRecord], conf
                 plan.problems = gitops.commit_problems(repo, plan.paths, branch=config.branch)
         elif config.commit:
             plan.problems = [f"{kernel_path.parent} is not inside a git repository"]
-    finally:
-        if repo is not None:
-            repo.close()  # GitPython keeps `git cat-file` processes per Repo
     _judge_targets(plan)
     plan.commit = config.commit and plan.repo_root is not None and not plan.problems
     return plan
@@ -318,13 +314,9 @@ def refusals_ahead(task: Task, config: RunConfig, *, device: str, device_name: s
     (a kernel of this run replaces it only if it is faster)."""
     kernel_path, report = target_paths(task, config)
     paths = _targets(kernel_path, report)
-    repo = gitops.find_repo(kernel_path.parent)
-    try:
+    with gitops.opened(kernel_path.parent) as repo:
         states = gitops.path_states(repo, paths)
         root = Path(repo.working_tree_dir) if repo is not None and repo.working_tree_dir else None
-    finally:
-        if repo is not None:
-            repo.close()
     kept = "the run goes on, and its kernels stay in its run directory"
     said: list[str] = []
     if modified := [shown_path(p, root) for p, s in states.items() if s == "modified"]:

@@ -9,7 +9,7 @@ turn's slots continue is the search's choice (``search.py``). Ending a run early
 exception carrying its reason; run state is saved in ``finally``.
 
 When the turns end (completed, or stopped by the person), and before ``--target-speedup`` ends a
-run, the best distinct kernels are confirmed (``confirm``, see ``confirmation.py``): the winner and
+run, the best distinct kernels are confirmed (``confirm``, see ``results.winner``): the winner and
 its numbers come from that. The target ends the run only when the confirmed winner still meets
 it and is not flagged; an interrupted run is not confirmed (it is confirmed when resumed).
 
@@ -34,11 +34,11 @@ from pydantic import BaseModel
 
 from .. import events as ev
 from ..config import RunConfig
-from .confirmation import CONFIRMATION_SETTINGS, candidates, confirmation_key, winner
+from ..results.winner import CONFIRMATION_SETTINGS, candidates, confirmation_key, winner
 from .draft import Draft
 from .parsing import parse_response
 from .prompting import Attempt, RenderedPrompt, render_prompt
-from ..protocols import Backend, Evaluator, EventSink, Generation, Search, Slot
+from ..protocols import Backend, Evaluator, EventSink, Generation, ReportsEachAnswer, Search, Slot
 from ..results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
 from .search import IndependentSearch, lineage
 from ..store import RunStore, now_iso
@@ -91,7 +91,7 @@ class Engine:
         self._abort = threading.Event()
         self._halt = threading.Event()
         self._generating = threading.Event()
-        self._reports_done = bool(getattr(backend, "calls_on_done", False))
+        self._reports_done = isinstance(backend, ReportsEachAnswer) and backend.calls_on_done
         self._branches: list[tuple[int, int]] = []
         self._branch_lock = threading.Lock()
         self._confirming = threading.Lock()
@@ -252,7 +252,7 @@ class Engine:
             self._branches = [b for b in self._branches if b[1] >= turn]
         for parent, parent_turn in due:
             branch = dict(parent_trajectory=parent, parent_turn=parent_turn)
-            if self.search.name == "beam" and slots:
+            if self.search.branch_takes_slot and slots:
                 slots[-1] = Slot(trajectory=slots[-1].trajectory, **branch)
             else:
                 known = {r.trajectory for r in self.records} | {s.trajectory for s in slots}

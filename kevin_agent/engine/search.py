@@ -57,6 +57,7 @@ def rank_key(record: TurnRecord) -> tuple:
 
 class IndependentSearch:
     name = "independent"
+    branch_takes_slot = False
 
     def slots(self, turn: int, records: Sequence[TurnRecord], trajectories: int) -> list[Slot]:
         known = set(range(trajectories)) | {r.trajectory for r in records if r.turn == turn - 1}
@@ -65,6 +66,7 @@ class IndependentSearch:
 
 class BeamSearch:
     name = "beam"
+    branch_takes_slot = True
 
     def __init__(self, width: int) -> None:
         if width < 1:

@@ -1,11 +1,9 @@
-"""What the parent and a worker process exchange: a job file in, a reply file out, and two
-pipes in between.
-
-The worker writes one line per stage it enters to ``progress_fd`` (and ``want <what>`` when it
-needs an answer), and reads the parent's answers, one JSON object per line, from
-``control_fd``. A confirmation worker also writes ``kernel <i>`` (or ``kernel -`` for the
-reference) before it runs each kernel's code, so that a crash or a hang is laid at the right
-kernel's door. Kept free of torch so the parent can use it without importing torch.
+"""The evaluation's kind of worker (``EvalWorker``) and its messages: a ``Job`` in, a ``WorkerReply``
+out, and on the pipes between them the messages every worker speaks (``workers.messages``: the
+stages it enters, ``want candidate``, ``want device``, ``want timing``) plus the evaluation's own:
+an ``Assignment`` answers ``want candidate``, and a confirmation worker says which kernel's code
+runs next (``Running``) so that a crash or a hang is laid at the right kernel's door. Kept free of
+torch so the parent can use it without importing torch.
 """
 
 from __future__ import annotations
@@ -14,24 +12,19 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..config import EvalSettings
+from .. import workers
 from ..results import Confirmed, EvalResult, MemoryUse
 from ..task import TaskProbe
 from .memory import Footprint
 
-WANT = "want "
-"""Prefix of a worker's request line: ``want candidate``, ``want timing``."""
-KERNEL = "kernel "
-"""Prefix of a confirmation worker's line naming the kernel whose code runs next."""
-REPLIED = "replied"
-"""The worker's last line: its reply file is complete, and the parent need not wait for it to exit
-(a CUDA context takes a while to tear down, and nothing of it is the candidate's)."""
 INTERRUPTED = "the run was interrupted"
 """The error of a candidate (or a confirmed kernel) whose evaluation the run's end cut short."""
 
 
-class Assignment(BaseModel):
+class Assignment(workers.Message):
     """The answer to a run worker's ``want candidate``: what to load, from where."""
+
+    KIND = "assignment"
 
     candidate_path: str
     build_dir: str
@@ -40,10 +33,19 @@ class Assignment(BaseModel):
     """Poison less memory: the evaluation is tried again after the harness ran out of device memory."""
 
 
-class Job(BaseModel):
+class Running(workers.Message):
+    """A confirmation worker runs this kernel's code next (``-``: the reference's)."""
+
+    KIND = "running"
+    kernel: str
+
+
+class Job(workers.Job):
+    """An evaluation worker's job; its ``settings`` are the run's, resolved for the device, as the
+    evaluator has them."""
+
+    KIND = "evaluate-job"
     mode: Literal["probe", "compile", "run", "confirm"]
-    settings: EvalSettings
-    """The run's evaluation settings, resolved for the device, as the evaluator has them."""
     task_path: str = ""
     class_name: str = "Model"
     candidate_path: str = ""
@@ -56,9 +58,6 @@ class Job(BaseModel):
     """confirm: base seed of the fresh inputs."""
     budget_s: float = 0.0
     """confirm: the timing rounds stop once they have taken this long (at least the fewest rounds)."""
-    reply_path: str
-    progress_fd: int
-    control_fd: int
 
 
 class TimedRounds(BaseModel):
@@ -81,12 +80,11 @@ class KernelRounds(BaseModel):
     compiled: TimedRounds | None = None
 
 
-class WorkerReply(BaseModel):
-    ok: bool
+class WorkerReply(workers.Reply):
+    KIND = "evaluate-reply"
     error_kind: Literal["", "task", "environment", "compile", "runtime", "harness"] = ""
     """``harness``: the evaluation itself failed (it ran out of device memory in its own work, or
     left the candidate no room): not the candidate's doing, and never reported as its result."""
-    error: str = ""
     eval: EvalResult | None = None
     """Run mode: the result as far as the worker knows it (no compile fields)."""
     confirmed: list[Confirmed] | None = None
@@ -96,11 +94,16 @@ class WorkerReply(BaseModel):
     memory: MemoryUse | None = None
     """Confirm mode: the worker's peak memory from its first fresh set to its last verdict."""
     probe: TaskProbe | None = None
-    device_name: str = ""
-    versions: dict[str, str] = Field(default_factory=dict)
-    hint: str = ""
-    """What the person can do about ``error`` (task and environment problems)."""
     footprint: Footprint | None = None
     """Probe: the task's own device memory."""
     capacity_bytes: int | None = None
     """Probe: the device memory the evaluation may use (``memory.capacity``)."""
+
+
+class EvalWorker(workers.WorkerProcess):
+    """An evaluation worker: ``worker.main`` with a ``Job``, answering a ``WorkerReply``."""
+
+    ENTRY = "kevin_agent.evaluate.worker.main"
+    JOB = Job
+    REPLY = WorkerReply
+    PREFIX = "kevin-job-"

@@ -22,7 +22,6 @@ import fcntl
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -30,16 +29,9 @@ from pydantic import BaseModel, Field
 from ..config import EvalSettings
 from ..results import TimingStats
 from ..task import Task
+from ..workers import Limit
 from .toolchain import cache
 from .memory import Footprint
-
-@dataclass(frozen=True)
-class Limit:
-    """How long a phase of a worker may run, and how that number came about (for the feedback)."""
-
-    seconds: float
-    how: str
-
 
 FORMAT = 3
 META = "meta.json"

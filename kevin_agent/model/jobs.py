@@ -1,5 +1,6 @@
-"""What the parent and a model worker exchange: a job file in, a reply file out (as the
-evaluation's workers do, ``evaluate/jobs.py``). Kept free of torch."""
+"""The model's kind of worker (``ModelWorker``) and its messages: a ``ModelJob`` in, a ``ModelReply``
+out, and between them the ``Note``s that say what it is doing (``workers.messages``). Kept free of
+torch."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..config import EvalSettings
+from .. import workers
 from .records import ModelProfile
 
 ErrorKind = Literal["", "model", "module", "capture", "fit", "environment", "kernel"]
 
 
-class ModelJob(BaseModel):
+class ModelJob(workers.Job):
+    """A model worker's job; its ``settings`` (device, seed, threads, warm-up and timed runs,
+    tolerance) as an evaluation has them."""
+
+    KIND = "model-job"
     mode: Literal["profile", "extract", "e2e"]
-    settings: EvalSettings
-    """Device, seed, threads, warm-up and timed runs, tolerance: as an evaluation has them."""
     model_path: str
     forwards: int = 5
     """profile: forwards under the profiler."""
@@ -28,9 +31,6 @@ class ModelJob(BaseModel):
     """e2e: the kernel module to install (empty: the model as it is)."""
     outputs_path: str = ""
     """e2e: where the model's outputs are written (without a kernel) or read to compare (with one)."""
-    reply_path: str
-    progress_fd: int
-    control_fd: int
 
 
 class CapturedTask(BaseModel):
@@ -61,17 +61,23 @@ class E2ERun(BaseModel):
     fallback_calls: float = 0.0
 
 
-class ModelReply(BaseModel):
-    ok: bool
+class ModelReply(workers.Reply):
+    KIND = "model-reply"
     error_kind: ErrorKind = ""
     """model: the model file cannot be built or run; module: no such module; capture: it cannot
     be captured; fit: the model does not fit the device; kernel: the kernel cannot be installed."""
-    error: str = ""
-    hint: str = ""
     paths: list[str] = Field(default_factory=list)
     """module: the module paths the model has."""
-    device_name: str = ""
-    versions: dict[str, str] = Field(default_factory=dict)
     profile: ModelProfile | None = None
     tasks: list[CapturedTask] = Field(default_factory=list)
     e2e: E2ERun | None = None
+
+
+class ModelWorker(workers.WorkerProcess):
+    """A model worker: ``model.worker.main`` with a ``ModelJob``, answering a ``ModelReply``. The
+    person's model runs only in there: the tool's own process never imports it or touches the device."""
+
+    ENTRY = "kevin_agent.model.worker.main"
+    JOB = ModelJob
+    REPLY = ModelReply
+    PREFIX = "kevin-model-"

@@ -1,6 +1,5 @@
-"""Parent side of a model worker: the evaluation's worker process (``evaluate/parent/pool.py``:
-its own session, a scrubbed environment, a log, the two pipes, the kill on timeout) with the
-model worker's entry point, job and reply.
+"""Parent side of a model worker (``jobs.ModelWorker``): one job in a fresh worker, and what its
+reply means for the person.
 
 The person's model runs only in there: the tool's own process never imports it or touches
 the device.
@@ -9,35 +8,23 @@ the device.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 
 from ..errors import EnvironmentUnavailable, KevinError
-from ..evaluate.parent.pool import WorkerProcess, scrubbed_env
-from ..evaluate.reference import Limit
-from .jobs import ModelJob, ModelReply
+from ..workers import Message, Note, scrubbed_env
+from .jobs import ModelReply, ModelWorker
 from .modelfile import ModelError, ModelFile
-
-ENTRY = "kevin_agent.model.worker.main"
-
-
-class ModelWorker(WorkerProcess):
-    """One model worker: ``ENTRY`` with a ``ModelJob``, answering a ``ModelReply``; the rest is an
-    evaluation worker's (``WorkerProcess``)."""
-
-    ENTRY = ENTRY
-    JOB = ModelJob
-    REPLY = ModelReply
-    PREFIX = "kevin-model-"
 
 
 def run_model_job(job_fields: dict, *, timeout_s: float, extra_env: dict[str, str] | None = None,
-                  on_line=None) -> ModelReply:
-    """Run one model job in a fresh worker; raise a ``KevinError`` when it gives no reply."""
-    worker = ModelWorker(job_fields, env=scrubbed_env(extra_env))
-    try:
-        exceeded = worker.follow(limit=lambda _: Limit(timeout_s, f"{timeout_s:g} s"), on_line=on_line)
-        run = worker.result(exceeded)
-    finally:
-        worker.remove()
+                  on_note: Callable[[str], None] | None = None) -> ModelReply:
+    """Run one model job in a fresh worker (``on_note`` hears what it says it is doing); raise a
+    ``KevinError`` when it gives no reply."""
+    def on_message(message: Message) -> None:
+        if isinstance(message, Note) and on_note is not None:
+            on_note(message.text)
+
+    run = ModelWorker.run(job_fields, env=scrubbed_env(extra_env), timeout_s=timeout_s, on_message=on_message)
     if run.timed_out:
         raise EnvironmentUnavailable(f"the model worker ran past its limit of {timeout_s:g} s and was stopped",
                                      "make get_inputs() smaller, or raise --timeout")

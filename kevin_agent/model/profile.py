@@ -15,12 +15,12 @@ DEFAULT_FORWARDS = 10
 
 
 def profile_model(model_file: ModelFile, settings: EvalSettings, *, forwards: int = DEFAULT_FORWARDS,
-                  timeout_s: float | None = None, on_line: Callable[[str], None] | None = None) -> ModelProfile:
+                  timeout_s: float | None = None, on_note: Callable[[str], None] | None = None) -> ModelProfile:
     """The ranked profile of one forward of the model in ``model_file``."""
     started = time.monotonic()
     reply = checked(run_model_job({"mode": "profile", "settings": settings, "model_path": str(model_file.path),
                                    "forwards": forwards},
-                                  timeout_s=timeout_s or settings.run_timeout_s, on_line=on_line), model_file)
+                                  timeout_s=timeout_s or settings.run_timeout_s, on_note=on_note), model_file)
     profile = reply.profile.model_copy(update={"model_file": model_file.given,
                                                "wall_s": round(time.monotonic() - started, 3)})
     return rank(profile)

@@ -9,10 +9,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..results.records import Record
+from ..results.versioned import Versioned, schema_field
 
 TASK_SCHEMA = 1
 """The layout of an extracted task's and a delivered module's marks (``marks``), read back by
-kevin-opt alone; the files written for people carry ``schema`` as every record does."""
+kevin-opt alone; their ``schema`` was called ``schema_version`` before, and is read under both names."""
 
 
 class ArgSpec(BaseModel):
@@ -141,10 +142,10 @@ class ModelProfile(Record):
         return [m for m in self.modules if m.rank is not None]
 
 
-class ExtractedTask(BaseModel):
+class ExtractedTask(Versioned):
     """What an extracted task file says about where it came from (its ``# kevin-opt-extracted:`` line)."""
 
-    schema_version: int = TASK_SCHEMA
+    schema_: int = schema_field(TASK_SCHEMA, "schema_version")
     model_file: str
     """The model file's name, as the person passed it."""
     module: str
@@ -164,10 +165,10 @@ class ExtractedTask(BaseModel):
     arguments at the headline's values, and these pass others. Their calls keep the original forward."""
 
 
-class InstallEnvelope(BaseModel):
+class InstallEnvelope(Versioned):
     """Where a delivered kernel may run in the model (its ``# kevin-opt-install:`` line)."""
 
-    schema_version: int = TASK_SCHEMA
+    schema_: int = schema_field(TASK_SCHEMA, "schema_version")
     model_file: str
     module: str
     class_name: str

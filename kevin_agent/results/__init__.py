@@ -5,7 +5,10 @@ what reports read. Field names are part of the on-disk format: add, don't rename
 
 ``evaluation`` holds what one candidate's evaluation found, ``turns`` one turn of a trajectory,
 ``confirmation`` the second look at the best kernels, ``run`` the run's own ``run.json`` and
-``records`` the JSON files written for people and their tools (one schema, one serializer).
+``records`` the JSON files written for people and their tools (one schema, one serializer);
+``versioned`` the ``schema`` every one of them carries. What the records say, read by every view:
+``winner`` (the kernels a run confirms and the one it delivers) and ``lineage`` (which turn
+continued which).
 """
 
 from kevin_agent.results.confirmation import (

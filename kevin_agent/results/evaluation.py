@@ -20,6 +20,11 @@ class Status(str, Enum):
     CANCELLED = "cancelled"
     """The person cancelled the generation: never shown to the model, and the turn is generated again."""
 
+    @property
+    def label(self) -> str:
+        """The outcome in words, the same in every view: ``compile error``."""
+        return self.value.replace("_", " ")
+
 
 class Stage(str, Enum):
     """How far an evaluation got."""
@@ -196,8 +201,29 @@ class StageTimes(BaseModel):
         return self.load + self.correctness + self.timing
 
 
-class EvalResult(BaseModel):
-    """Everything one evaluation of one candidate found out."""
+class Correctness(BaseModel):
+    """The evidence of a candidate's correctness: its trials and how near its outputs came."""
+
+    trials: int = 0
+    trials_passed: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    tolerance: str | None = None
+    """The tolerance preset the outputs were compared with (strict, kernelbench); ``atol`` and
+    ``rtol`` hold the values used, explicit --atol/--rtol included."""
+    reference_tf32: bool | None = None
+    """Whether the reference ran with TF32 matmuls and convolutions (during the checks and timing)."""
+
+    @classmethod
+    def of(cls, result: Correctness) -> Correctness:
+        """The evidence alone, of a result that holds more."""
+        return cls(**result.model_dump(include=set(cls.model_fields)))
+
+
+class EvalResult(Correctness):
+    """Everything one evaluation of one candidate found out: its correctness evidence, and what follows."""
 
     status: Status
     stage: Stage
@@ -208,12 +234,6 @@ class EvalResult(BaseModel):
     compile_log: str = ""
     compile_s: float | None = None
     cached_build: bool = False
-    trials: int = 0
-    trials_passed: int = 0
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
     runtime: TimingStats | None = None
     """The candidate's time: on cuda its own GPU time, the call queued whole before the start event
     (evaluate/worker/timing.py); on cpu wall time."""
@@ -246,11 +266,6 @@ class EvalResult(BaseModel):
     memory: MemoryUse | None = None
     """The evaluation's peak device memory and the task's footprint (None in older records, and when
     the worker ended before it could say)."""
-    tolerance: str | None = None
-    """The tolerance preset the outputs were compared with (strict, kernelbench); ``atol`` and
-    ``rtol`` hold the values used, explicit --atol/--rtol included."""
-    reference_tf32: bool | None = None
-    """Whether the reference ran with TF32 matmuls and convolutions (during the checks and timing)."""
     device: str = "cpu"
     device_name: str = ""
     wall_s: float | None = None

@@ -16,31 +16,21 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .confirmation import Confirmed, ConfirmedSpeedup
-from .evaluation import (
-    EvalResult,
-    GraphTiming,
-    LaunchedTiming,
-    MemoryUse,
-    RuntimeFloor,
-    SignatureTiming,
-    StageTimes,
-    SyncCheck,
-    TimingStats,
-)
+from .evaluation import (Correctness, EvalResult, GraphTiming, LaunchedTiming, MemoryUse, RuntimeFloor, SignatureTiming,
+                         StageTimes, SyncCheck, TimingStats)
 from .turns import TurnRecord
+from .versioned import Versioned, schema_field
 
 SCHEMA = 1
 """The layout of every JSON record below (1: the first shared layout; the report's own ``format``
 3 and the summary's unnumbered fields before it map as ``docs/records.md`` says)."""
 
 
-class Record(BaseModel):
+class Record(Versioned):
     """A file written for people and their tools: ``schema`` first, then ``kind`` (each subclass
     names its own)."""
 
-    schema_: int = Field(SCHEMA, alias="schema")
-
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+    schema_: int = schema_field(SCHEMA)
 
 
 def to_json(record: BaseModel) -> str:
@@ -98,21 +88,6 @@ class Timings(BaseModel):
     torch_compile: TimingStats | None = None
 
 
-class Correctness(BaseModel):
-    trials: int = 0
-    trials_passed: int = 0
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    tolerance: str | None = None
-    reference_tf32: bool | None = None
-
-    @classmethod
-    def of(cls, ev: EvalResult) -> Correctness:
-        return cls(**ev.model_dump(include=set(cls.model_fields)))
-
-
 class BestView(BaseModel):
     """The winner of a run: its confirmed numbers where it was confirmed, its turn's beside them."""
 
@@ -144,7 +119,7 @@ class BestView(BaseModel):
 
     @classmethod
     def of(cls, best, kernel_path: str | None) -> BestView:
-        """``best``: an ``engine.confirmation.Winner``."""
+        """``best``: an ``results.winner.Winner``."""
         ev, confirmed = best.record.eval, best.confirmed
         times = confirmed if confirmed is not None else ev
         evidence = confirmed or ev

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from .confirmation import BestKernel, Confirmation
+from .versioned import RUN_SCHEMA, Versioned, schema_field
 
 
 class TaskRef(BaseModel):
@@ -14,9 +15,10 @@ class TaskRef(BaseModel):
     digest: str
 
 
-class RunInfo(BaseModel):
+class RunInfo(Versioned):
     """``run.json``: what a run was, rewritten as its state changes."""
 
+    schema_: int = schema_field(RUN_SCHEMA)
     run_id: str
     created_at: str
     updated_at: str = ""

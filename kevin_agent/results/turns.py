@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from .evaluation import CheckResult, EvalResult, Status
+from .versioned import RUN_SCHEMA, Versioned, schema_field
 
 
-class TurnRecord(BaseModel):
+class TurnRecord(Versioned):
     """One turn of one trajectory: a line of ``turns.jsonl``."""
 
+    schema_: int = schema_field(RUN_SCHEMA)
     trajectory: int
     turn: int
     """1-based turn number within the trajectory."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 from ..console import print_error, write_json
 from ..delivery import Delivery, DeliveryPlan
 from ..delivery.report import render_markdown
-from ..engine.confirmation import current, winner
+from ..results.winner import current, winner
 from ..errors import ExitCode, KevinError
 from ..results import TurnRecord
 from ..results.records import BestView, DeliveryView, RunSummary, turn_views

@@ -21,6 +21,8 @@ import threading
 import time
 from types import FrameType
 
+from ..workers import kill_all_workers
+
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -43,8 +45,6 @@ class Interrupted(KeyboardInterrupt):
 
 def kill_run_processes() -> None:
     """Every worker and compiler this process started, with their process groups."""
-    from ..evaluate.parent.pool import kill_all_workers
-
     kill_all_workers()
 
 

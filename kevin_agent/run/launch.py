@@ -18,7 +18,7 @@ from ..engine.loop import Engine
 from ..errors import ConfigError, TaskError
 from ..events import Notice
 from ..gpus import detect_gpus, eval_worker_env, plan_gpus
-from ..protocols import Backend, EventSink, Replaying
+from ..protocols import Backend, ChecksFirst, EventSink, KnowsItsCapacity, Replaying
 from ..registry import Registry, build_registry
 from ..results import RunInfo, TaskRef
 from ..store import RunStore, default_runs_root, new_run_id, now_iso
@@ -67,8 +67,8 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
         evaluator.close()
         raise
     try:
-        if not given and (check := getattr(backend, "check", None)) is not None:
-            check()
+        if not given and isinstance(backend, ChecksFirst):
+            backend.check()
         if isinstance(backend, Replaying):
             backend.cue(list(names) or [task.path.stem], skip)
         elif given and config.backend in registry.replaying:
@@ -88,8 +88,8 @@ def open_backend(config: RunConfig, registry: Registry | None = None) -> Backend
     registry = registry or build_registry()
     backend = registry.make_backend(config)
     try:
-        if (check := getattr(backend, "check", None)) is not None:
-            check()
+        if isinstance(backend, ChecksFirst):
+            backend.check()
     except BaseException:
         backend.close()
         raise
@@ -98,15 +98,13 @@ def open_backend(config: RunConfig, registry: Registry | None = None) -> Backend
 
 def _keep_out_of_git(runs_root: Path) -> None:
     """The default run store sits in the person's repository; ``git status`` never shows it."""
-    repo = gitops.find_repo(runs_root)
-    if repo is None or repo.bare:
-        return
-    try:
-        gitops.ensure_excluded(repo)
-    except (OSError, gitops.git.GitCommandError):
-        pass  # only cosmetic: the run goes on
-    finally:
-        repo.close()
+    with gitops.opened(runs_root) as repo:
+        if repo is None or repo.bare:
+            return
+        try:
+            gitops.ensure_excluded(repo)
+        except (OSError, gitops.git.GitCommandError):
+            pass  # only cosmetic: the run goes on
 
 
 def _say_refusals_ahead(task: Task, config: RunConfig, evaluator, sink: EventSink, replace: bool) -> None:
@@ -174,7 +172,7 @@ def _settle_trajectories(config: RunConfig, backend) -> tuple[RunConfig, str]:
         trajectories_note,
     )
 
-    fit = getattr(backend, "sequences_that_fit", None)
+    fit = backend.sequences_that_fit if isinstance(backend, KnowsItsCapacity) else None
     chosen = config.trajectories is None
     trajectories = default_trajectories(fit) if chosen else config.trajectories
     with_fp8 = None

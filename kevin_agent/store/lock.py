@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunLocked
+from ..results.versioned import RUN_SCHEMA, Versioned, schema_field
 
 LOCK_FILE = "lock"
 _ACQUIRE_TRIES_S = 1.0
@@ -43,10 +42,10 @@ def _close_in_child() -> None:
 os.register_at_fork(after_in_child=_close_in_child)
 
 
-@dataclass(frozen=True)
-class LockOwner:
-    """Who holds a run: the process that drives it."""
+class LockOwner(Versioned, frozen=True):
+    """Who holds a run: the process that drives it (the lock file's text)."""
 
+    schema_: int = schema_field(RUN_SCHEMA)
     pid: int
     """0 when the owner has not written its name yet."""
     host: str
@@ -64,9 +63,8 @@ def _read_owner(path: Path) -> LockOwner:
     # The owner writes its name right after it takes the lock; a reader may come in between.
     for _ in range(20):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return LockOwner(pid=int(data["pid"]), host=str(data["host"]), started_at=str(data["started_at"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            return LockOwner.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             time.sleep(0.01)
     return LockOwner(pid=0, host="", started_at="")
 
@@ -130,7 +128,7 @@ class RunLock:
         owner = LockOwner(pid=os.getpid(), host=socket.gethostname(),
                           started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": owner.pid, "host": owner.host, "started_at": owner.started_at}).encode(), 0)
+        os.pwrite(fd, owner.model_dump_json().encode(), 0)
         with _held_lock:
             _held[fd] = path
         return cls(run_dir, fd, owner)

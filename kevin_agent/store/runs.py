@@ -4,6 +4,9 @@
 turn is reported, so a killed run loses at most the turn in flight and ``resume`` picks up
 after the last line. A torn last line (killed mid-write) is ignored on read.
 
+``run.json`` and every line of ``turns.jsonl`` carry ``schema`` (``results.versioned``): a run is
+read (and resumed) only in a layout this version knows; one without it is of the first layout.
+
 One process owns a run at a time (``lock``): the store that drives a run holds its lock,
 and a run recorded as "running" that no live process holds is shown as "interrupted".
 """
@@ -20,8 +23,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import RunNotFound
+from ..errors import RunNotFound, RunUnreadable
 from ..results import BestKernel, RunInfo, TurnRecord
+from ..results.versioned import RUN_SCHEMAS_READ
 from .lock import RunLock, lock_owner
 
 RUN_JSON = "run.json"
@@ -159,11 +163,25 @@ class RunStore:
 
 
 def read_info(run_dir: Path) -> RunInfo:
+    path = run_dir / RUN_JSON
     try:
-        return RunInfo.model_validate_json((run_dir / RUN_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValidationError) as exc:
-        raise RunNotFound(f"{run_dir / RUN_JSON} is unreadable ({exc.__class__.__name__})",
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return RunInfo.model_validate(_readable(data, path))
+    except (OSError, ValueError) as exc:  # ValidationError is a ValueError
+        raise RunNotFound(f"{path} is unreadable ({exc.__class__.__name__})",
                           "the run directory is damaged; start a new run") from None
+
+
+def _readable(data, path: Path, line: int | None = None):
+    """``data`` (a file's or a line's JSON) when its layout is one this version reads; a file
+    without ``schema`` was written before layouts were numbered and is of the first."""
+    schema = data.get("schema", 1) if isinstance(data, dict) else 1
+    if schema not in RUN_SCHEMAS_READ:
+        where = f"{path}" + (f", line {line}," if line is not None else "")
+        known = ", ".join(map(str, sorted(RUN_SCHEMAS_READ)))
+        raise RunUnreadable(f"{where} is of layout (schema) {schema!r}; this kevin-opt reads {known}",
+                            "a newer kevin-opt wrote it: show or resume it with that version, or start a new run")
+    return data
 
 
 def read_records(run_dir: Path, *, finished_only: bool = True) -> list[TurnRecord]:
@@ -173,12 +191,16 @@ def read_records(run_dir: Path, *, finished_only: bool = True) -> list[TurnRecor
         return []
     records: list[TurnRecord] = []
     seen: set[tuple[int, int]] = set()
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not raw.strip():
             continue
         try:
-            rec = TurnRecord.model_validate(json.loads(raw))
-        except (json.JSONDecodeError, ValidationError):
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            continue  # a torn final write, as below
+        try:
+            rec = TurnRecord.model_validate(_readable(data, path, number))
+        except ValidationError:
             # Only a torn final write can produce this; the turn is redone on resume.
             continue
         if not finished_only:
@@ -213,7 +235,7 @@ def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
             continue
         try:
             info, records = read_info(run_dir), read_records(run_dir)
-        except RunNotFound:
+        except (RunNotFound, RunUnreadable):  # damaged, or another version's
             continue
         recorded, info.status = info.status, effective_status(info, run_dir)
         if "running" in (recorded, info.status) or (info.best is None and info.confirmation is None):

@@ -312,6 +312,30 @@ class KevinApp(App[int]):
             self.exit(self.exit_code)
 
     # --- steering ---------------------------------------------------------------------------
+    # The screens ask and steer here, never the engine itself.
+    @property
+    def live_run_id(self) -> str | None:
+        """The run this window drives, while it runs."""
+        return self.engine.store.info.run_id if self.running and self.engine is not None else None
+
+    @property
+    def generating(self) -> bool:
+        """The running run's model generates right now (what cancelling would cancel)."""
+        return self.running and self.engine is not None and self.engine.generating
+
+    def can_branch(self, turn: int) -> bool:
+        """The running run has turns left after ``turn`` to continue it in."""
+        return self.running and self.engine is not None and turn < self.engine.config.turns
+
+    def branch(self, trajectory: int, turn: int) -> str:
+        """Continue a finished turn in a new chain from the next turn; where the chain goes, in
+        words. Raises ``ValueError`` when it cannot."""
+        engine = self.engine
+        if engine is None or not self.running:
+            raise ValueError("no run in progress")
+        engine.branch(trajectory, turn)
+        return "takes the weakest slot of the next turn" if engine.search.branch_takes_slot else "is a new trajectory"
+
     def _engine_or_warn(self) -> Engine | None:
         if self.engine is None or not self.running:
             self.notify("no run in progress", severity="warning")

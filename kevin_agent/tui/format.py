@@ -43,16 +43,18 @@ class Mark:
 
 MARKS: dict[Status, Mark] = {
     # One glyph per outcome, single-cell in every terminal font: the turn list, the history,
-    # the feedback pane and the legend in `?` all draw from here.
-    Status.CORRECT: Mark("✓", "bold $text-success", "correct", "verified against the reference; its speedup"),
-    Status.INCORRECT: Mark("≠", "bold $text-error", "incorrect", "ran, but its output differs from the reference"),
-    Status.COMPILE_ERROR: Mark("✗", "bold $text-error", "compile error", "the kernel did not build"),
-    Status.RUNTIME_ERROR: Mark("!", "bold $text-error", "runtime error", "built, then crashed or failed when run"),
-    Status.TIMEOUT: Mark("⧗", "bold $text-warning", "timeout", "did not finish within the time limit"),
-    Status.CHECK_FAILED: Mark("⊘", "bold $text-warning", "check failed", "broke a rule of the task; never compiled"),
-    Status.PARSE_ERROR: Mark("?", "bold $text-warning", "parse error", "no code could be read from the answer"),
-    Status.CANCELLED: Mark("⊝", "bold $text-muted", "cancelled",
-                           "cancelled by you; never shown to the model, the turn is generated again"),
+    # the feedback pane and the legend in `?` all draw from here; the words are the status's own.
+    status: Mark(glyph, style, status.label, meaning) for status, (glyph, style, meaning) in {
+        Status.CORRECT: ("✓", "bold $text-success", "verified against the reference; its speedup"),
+        Status.INCORRECT: ("≠", "bold $text-error", "ran, but its output differs from the reference"),
+        Status.COMPILE_ERROR: ("✗", "bold $text-error", "the kernel did not build"),
+        Status.RUNTIME_ERROR: ("!", "bold $text-error", "built, then crashed or failed when run"),
+        Status.TIMEOUT: ("⧗", "bold $text-warning", "did not finish within the time limit"),
+        Status.CHECK_FAILED: ("⊘", "bold $text-warning", "broke a rule of the task; never compiled"),
+        Status.PARSE_ERROR: ("?", "bold $text-warning", "no code could be read from the answer"),
+        Status.CANCELLED: ("⊝", "bold $text-muted", "cancelled by you; never shown to the model, the turn is "
+                                                   "generated again"),
+    }.items()
 }
 LIVE = Mark("…", "bold $text-accent", "in progress", "being generated or evaluated")
 COMPILE_LOG_LINES = 40

@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from textual.screen import ModalScreen
+from textual.geometry import Size
+from textual.screen import ModalScreen, Screen
 
 from ..formatting import cut_words
 from .format import short_paths, toast_text, toast_width
 
-if TYPE_CHECKING:
-    from .app import KevinApp
+
+class NoticeHost(Protocol):
+    """What the notices use of the app: where they would show, and the run screen's feedback pane."""
+
+    @property
+    def screen(self) -> Screen: ...
+    @property
+    def size(self) -> Size: ...
+    @property
+    def has_run(self) -> bool: ...
+    @property
+    def run_screen(self) -> Any: ...
 
 TOAST_LINES = 3
 """The most lines a toast holds; a longer message goes to the feedback pane."""
@@ -27,7 +38,7 @@ POINTER = " (more in the feedback pane)"
 
 
 class Notices:
-    def __init__(self, app: KevinApp, toast: Callable[..., None]) -> None:
+    def __init__(self, app: NoticeHost, toast: Callable[..., None]) -> None:
         self._app = app
         self._toast = toast
         self._held: list[dict[str, Any]] = []

@@ -10,17 +10,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..events import (
-    ConfirmationFinished,
-    EvalStage,
-    Event,
-    GenerationFinished,
-    Notice,
-    RunFinished,
-    RunStarted,
-    TurnFinished,
-    TurnStarted,
-)
+from ..events import (ConfirmationFinished, EvalStage, Event, GenerationFinished, Notice, RunFinished, RunStarted,
+                      TurnFinished, TurnStarted)
 from ..results import BestKernel, Confirmed, Status, TurnRecord, continued_from
 
 TurnKey = tuple[int, int]

@@ -90,3 +90,42 @@ def test_what_the_delivery_would_refuse_is_said_before_the_first_turn(tmp_path):
     # With --replace nothing would be refused for those, and nothing is said.
     proc = kevin(*args, "--replace", cwd=repo)
     assert "delivery:" not in proc.stderr, proc.stderr
+
+
+def _strip_schema(run) -> None:
+    """The run as a version before its files were numbered wrote it: no ``schema`` anywhere."""
+    info = json.loads((run / "run.json").read_text())
+    del info["schema"]
+    (run / "run.json").write_text(json.dumps(info))
+    lines = [json.loads(x) for x in (run / "turns.jsonl").read_text().splitlines()]
+    (run / "turns.jsonl").write_text("".join(json.dumps({k: v for k, v in x.items() if k != "schema"}) + "\n"
+                                             for x in lines))
+
+
+def test_the_run_store_says_its_layout_and_resume_reads_the_ones_it_knows(tmp_path):
+    script = write_script(tmp_path / "r.jsonl", NO_CODE, CHEAT)
+    first = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "3",
+                  "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json", "--no-commit")
+    assert first.returncode == 3, first.stderr
+    run_id = json.loads((tmp_path / "s.json").read_text())["run_id"]
+    run = tmp_path / "runs" / run_id
+    assert json.loads((run / "run.json").read_text())["schema"] == 1
+    assert [json.loads(x)["schema"] for x in (run / "turns.jsonl").read_text().splitlines()] == [1, 1]
+
+    # A run written before the layout was numbered resumes as one of the first layout.
+    _strip_schema(run)
+    write_script(script, NO_CODE, CHEAT, NO_CODE)
+    again = kevin("resume", run_id, "--run-dir", tmp_path / "runs", "--json", tmp_path / "s2.json")
+    assert again.returncode == 1, again.stderr
+    summary = json.loads((tmp_path / "s2.json").read_text())
+    assert [t["status"] for t in summary["turns"]] == ["parse_error", "check_failed", "parse_error"]
+
+    # A layout this version does not know is refused, naming it, and nothing is touched.
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "schema": 2}))
+    before = (run / "turns.jsonl").read_text()
+    refused = kevin("resume", run_id, "--run-dir", tmp_path / "runs")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "is of layout (schema) 2; this kevin-opt reads 1" in refused.stderr
+    assert "a newer kevin-opt wrote it" in refused.stderr
+    assert (run / "turns.jsonl").read_text() == before

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pluggy
 
-from kevin_agent import hookspecs
+from kevin_agent.registry import hookspecs
 from kevin_agent.plugins import junit
 from kevin_agent.results import best_record
 from kevin_agent.results import Status

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn as nn
 
-from kevin_agent.delivery.kernel_module import render_kernel_module
+from kevin_agent.delivery.kernel_module import read_claim, render_kernel_module
 from kevin_agent.delivery.report import render_markdown
 from kevin_agent.model.delivered import verified_signatures
 from kevin_agent.delivery.e2e import kernel_code
@@ -136,3 +136,18 @@ def test_a_task_written_by_hand_gets_no_install(tmp_path):
     text = render_kernel_module(task, correct(0, 2, 1.4), run_info(task))
     assert "def install(" not in text and "kevin-opt-install" not in text
     assert "Putting it back" not in render_markdown(run_info(task), [correct(0, 2, 1.4)])
+
+
+def test_the_marks_and_the_claim_say_schema_and_older_ones_still_read(tmp_path):
+    path, text = render(tmp_path)
+    marks = [ln for ln in text.splitlines() if ln.startswith(("# kevin-opt-kernel: ", "# kevin-opt-install: "))]
+    assert len(marks) == 2 and all('"schema":1' in ln.replace(" ", "") for ln in marks), marks
+    assert '"schema":1' in line(EXTRACTED_PREFIX, META) and "schema_version" not in line(EXTRACTED_PREFIX, META)
+    # Written before the field had its name (``schema_version``), or before the claim had one at all.
+    old = line(EXTRACTED_PREFIX, META).replace('"schema":1', '"schema_version":1')
+    assert extracted_from(old + "\n") == META
+    old_module = tmp_path / "old_kevin.py"
+    old_module.write_text(text.replace('"schema":1,', ""))
+    assert '"schema"' not in old_module.read_text()
+    assert read_envelope(old_module) == read_envelope(path)
+    assert read_claim(old_module) == read_claim(path) and read_claim(path) is not None

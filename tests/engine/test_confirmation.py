@@ -19,7 +19,7 @@ from ..evaluate.test_evaluate_pipeline import FIXED_SCALE as TWICE_PLUS_ONE
 from ..evaluate.test_evaluate_pipeline import _settings as pipeline_settings
 from ..tui.test_tui import GOOD, RESPONSES, make_project, wait_for
 from kevin_agent.config import RunConfig
-from kevin_agent.engine.confirmation import candidates, confirmation_key, current, winner
+from kevin_agent.results.winner import candidates, confirmation_key, current, winner
 from kevin_agent.delivery import plan_delivery
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator
 from kevin_agent.evaluate.rounds import median_interval

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kevin_agent.engine.lineage import path_to, tree_lines
+from kevin_agent.results.lineage import path_to, tree_lines
 from kevin_agent.delivery.report import render_markdown
 from kevin_agent.results import Status
 

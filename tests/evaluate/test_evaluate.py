@@ -19,7 +19,7 @@ from kevin_agent.errors import EnvironmentUnavailable, TaskError
 from kevin_agent.evaluate import memory
 from kevin_agent.evaluate import EvalSettings, LocalEvaluator, detect_device
 from kevin_agent.evaluate.parent.logs import trim_compile_error
-from kevin_agent.evaluate.parent.pool import scrubbed_env
+from kevin_agent.workers import scrubbed_env
 from kevin_agent.results import Stage, Status
 from kevin_agent.task import load_task
 
@@ -204,6 +204,18 @@ def test_a_build_ninja_would_redo_is_not_taken_from_the_cache(cpp_batch, cpu_set
 # --- run-time cheats ----------------------------------------------------------------------
 def test_honest_python_candidate_is_correct(python_batch):
     assert python_batch["honest_python"].status is Status.CORRECT, python_batch["honest_python"].error
+
+
+def test_a_candidate_that_prints_or_writes_on_the_workers_pipe_is_judged_by_what_it_computes(python_batch):
+    res = python_batch["garbles_the_pipe"]
+    assert res.status is Status.CORRECT and res.stage is Stage.DONE, res.error
+
+
+def test_a_candidate_that_dies_in_the_middle_of_a_message_failed_at_runtime(python_batch):
+    res = python_batch["dies_mid_message"]
+    assert res.status is Status.RUNTIME_ERROR and res.stage is Stage.CORRECTNESS
+    assert "the worker died with SIGABRT during correctness" in res.error
+    assert "an unfinished line" in res.error
 
 
 def test_the_evaluations_peak_memory_is_reported_against_the_tasks_footprint(python_batch, cpu_evaluator):

@@ -212,11 +212,11 @@ def test_a_worker_that_replied_ends_off_its_candidates_clock_and_frees_its_slot_
     """A run worker's process takes a while to end after its reply (on cuda the driver tears down a
     context that may hold gigabytes): that is neither the candidate's time nor the device's, but the
     worker's share of the memory plan stays taken until the process is gone."""
-    from kevin_agent.evaluate.parent.pool import WorkerProcess
+    from kevin_agent.evaluate.jobs import EvalWorker
 
     ending = 6.0
 
-    class SlowToEnd(WorkerProcess):
+    class SlowToEnd(EvalWorker):
         def finish(self) -> int:
             if not self.finished:
                 time.sleep(ending)
@@ -477,7 +477,7 @@ def test_a_worker_getting_ready_on_a_shared_device_holds_a_timing_back_only_once
     """cuda's warm workers share the device while they get ready, but their imports (seconds of
     host work) come first: a timing does not wait for them, and they are stopped while it runs. A
     replacement started beside a candidate used to delay that candidate's timing by its imports."""
-    from kevin_agent.evaluate.parent.pool import Limit, WorkerProcess, WorkerSet, scrubbed_env
+    from kevin_agent.workers import Limit, WorkerProcess, WorkerSet, scrubbed_env
     from kevin_agent.evaluate.parent.warm import WarmPool
 
     from .stand_in_worker import StandInJob

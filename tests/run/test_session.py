@@ -37,7 +37,7 @@ COUNTED_PLUGIN = textwrap.dedent('''
     import os
 
     from kevin_agent.backends.scripted import ScriptedBackend
-    from kevin_agent.hookspecs import hookimpl
+    from kevin_agent.registry.hookspecs import hookimpl
 
 
     def _note(what):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kevin_agent.errors import RunNotFound
+from kevin_agent.errors import RunNotFound, RunUnreadable
 from kevin_agent.results import RunInfo, Status, TaskRef, TurnRecord
 from kevin_agent.store import RunStore, default_runs_root, list_runs, new_run_id, now_iso
 
@@ -73,3 +73,24 @@ def test_run_ids_are_unique_and_readable():
     ids = {new_run_id("My Layer!") for _ in range(20)}
     assert len(ids) == 20
     assert all("-my-layer-" in i for i in ids)
+
+
+def test_every_file_of_the_run_store_says_its_layout(tmp_path):
+    store = RunStore.create(tmp_path, make_info())
+    store.append(rec(1))
+    assert json.loads((store.dir / "run.json").read_text())["schema"] == 1
+    assert json.loads((store.dir / "turns.jsonl").read_text())["schema"] == 1
+    assert json.loads((store.dir / "lock").read_text())["schema"] == 1
+    store.release()
+
+
+def test_a_turn_of_an_unknown_layout_is_refused_naming_the_line(tmp_path):
+    store = RunStore.create(tmp_path, make_info())
+    store.append(rec(1))
+    with open(store.dir / "turns.jsonl", "a") as fh:
+        fh.write(json.dumps({**rec(2).model_dump(mode="json"), "schema": 7}) + "\n")
+    with pytest.raises(RunUnreadable, match=r"turns.jsonl, line 2, is of layout \(schema\) 7"):
+        store.records()
+    # The history skips it, as it skips a damaged run.
+    store.release()
+    assert list_runs(tmp_path) == []

@@ -24,7 +24,7 @@ CHATTY_CXX = SLOW_CXX.replace(
 
 SLOW_SCRIPT_PLUGIN = textwrap.dedent('''
     """The scripted backend at a readable pace: a generation takes seconds, as a model's does."""
-    from kevin_agent.hookspecs import hookimpl
+    from kevin_agent.registry.hookspecs import hookimpl
 
 
     @hookimpl

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...engine.confirmation import winner
+from ...results.winner import winner
 from ...results import RunInfo, TurnRecord
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...engine.confirmation import current, winner
+from ...results.winner import current, winner
 from ...results import RunInfo, StageTimes, TurnRecord
 from ...results.records import (
     BestView,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...engine.confirmation import Winner, current, winner
-from ...engine.lineage import outcome, path_to, tree_lines
+from ...results.winner import Winner, current, winner
+from ...results.lineage import outcome, path_to, tree_lines
 from ...formatting import (
     confirmed_line,
     fmt_launched,
@@ -23,24 +23,11 @@ from ...results import (
     LaunchedTiming,
     RunInfo,
     StageTimes,
-    Status,
     TimingStats,
     TurnRecord,
 )
 from ...results.records import E2EResult
 from .data import stage_totals
-
-STATUS_LABELS = {
-    Status.PARSE_ERROR: "parse error",
-    Status.CHECK_FAILED: "check failed",
-    Status.COMPILE_ERROR: "compile error",
-    Status.RUNTIME_ERROR: "runtime error",
-    Status.INCORRECT: "incorrect",
-    Status.CORRECT: "correct",
-    Status.TIMEOUT: "timeout",
-    Status.CANCELLED: "cancelled",
-}
-
 
 def _cell(rec: TurnRecord | None, best: TurnRecord | None) -> str:
     if rec is None:
@@ -48,7 +35,7 @@ def _cell(rec: TurnRecord | None, best: TurnRecord | None) -> str:
     if rec.correct:
         text = f"{rec.speedup:.2f}x" if rec.speedup is not None else "correct"
         return f"**{text}** (best)" if rec is best else text
-    return STATUS_LABELS[rec.status]
+    return rec.status.label
 
 
 def _fmt(value: float | None, spec: str = ".3g") -> str:

@@ -1,2 +1,3 @@
-"""The tool's side of evaluation: the evaluator, its worker processes as the parent sees them, the
-device gate, the warm pool and the confirmation's parent side. Nothing here imports torch."""
+"""The tool's side of evaluation: the evaluator, the probe, the device gate, the warm pool, builds
+and the confirmation's parent side; the worker processes themselves go through ``workers``.
+Nothing here imports torch."""

@@ -27,11 +27,10 @@ from ...config import EvalSettings
 from ...protocols import OutputCallback
 from ...results import Status
 from ..toolchain import cache
-from ..jobs import Assignment
-from ..reference import Limit
+from ...workers import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
+from ..jobs import Assignment, EvalWorker
 from .gate import DeviceGate, GaveUp
 from .logs import tail, trim_compile_error
-from .pool import StageClock, WorkerProcess, WorkerRun, WorkerSet, run_worker, scrubbed_env
 from .warm import WarmPool
 
 
@@ -69,9 +68,9 @@ def compile_in(folder: Path, source: str, *, settings: EvalSettings, env: dict[s
     if ready is not None:
         run = _compile_on(ready(), candidate, folder, settings, on_output, registry, hold)
     else:
-        run = run_worker({**job, "mode": "compile", "candidate_path": str(candidate)}, env=env,
-                         timeout_s=settings.compile_timeout_s, on_output=on_output, root=root, registry=registry,
-                         hold=hold)
+        run = EvalWorker.run({**job, "mode": "compile", "candidate_path": str(candidate)}, env=env,
+                             timeout_s=settings.compile_timeout_s, on_output=on_output, root=root, registry=registry,
+                             hold=hold)
     log = run.log[-200_000:]
     if run.timed_out:
         cache.clear_locks(folder)
@@ -98,7 +97,7 @@ def _compile_on(worker: WorkerProcess, candidate: Path, folder: Path, settings: 
     try:
         with hold(worker.pid) if hold is not None else contextlib.nullcontext():
             worker.output()  # what it printed getting ready is not this build's
-            worker.send(Assignment(candidate_path=str(candidate), build_dir=str(folder)).model_dump())
+            worker.send(Assignment(candidate_path=str(candidate), build_dir=str(folder)))
             exceeded = worker.follow(limit=lambda _: limit, on_output=on_output)
         run = worker.result(exceeded)
     finally:
@@ -189,8 +188,8 @@ class Builds:
         self._opened = False
 
     def _start_worker(self) -> WorkerProcess:
-        return WorkerProcess({**self._job(), "mode": "compile", "candidate_path": ""}, env=self._env(None),
-                             root=self._scratch)
+        return EvalWorker({**self._job(), "mode": "compile", "candidate_path": ""}, env=self._env(None),
+                          root=self._scratch)
 
     def folder(self, source: str) -> Path:
         return self.settings.cache_dir / cache.build_key(source, self.settings.device, self.settings.fast_build)
@@ -206,8 +205,8 @@ class Builds:
                 if not self._opened:
                     self._opened = True
                     self.pool.open()
-            self.pool.expect(1)
-            return self.pool.take()
+            with self.pool.need() as need:
+                return need.take()
 
         return compile_in(folder, source, settings=self.settings, env=self._env(folder), job=self._job(),
                           on_output=on_output, root=self._scratch, registry=self._registry, hold=self._hold,

@@ -6,7 +6,7 @@ words for a kernel that took a worker down.
 ``confirm_workers`` workers, as many at once as fit the device's memory
 (``memory.confirmations_at_once``; one that runs out of it beside others is run again alone): each
 on fresh inputs of its own, sharing the device while it checks and having it alone while it times.
-It follows the ``kernel <i>`` lines a worker writes: a crash, a hang or a rebinding of the harness
+It follows the ``Running`` messages a worker writes: a crash, a hang or a rebinding of the harness
 is the last named kernel's, which is dropped with the reason, and the others are confirmed again
 without it. A kernel is confirmed where every worker verified it; its numbers are all the
 workers' rounds pooled (``rounds.pooled``: one process cannot average out where its own kernels
@@ -24,12 +24,12 @@ from typing import Protocol
 from ...config import EvalSettings
 from ...results import Confirmation, Confirmed, MemoryUse
 from ...task import TaskProbe
+from ...workers import Limit, Message, WorkerRun, WorkerSet
 from .gate import DeviceGate, GaveUp, Holding
-from ..jobs import INTERRUPTED, KERNEL, Assignment, WorkerReply
-from .pool import WorkerProcess, WorkerRun, WorkerSet
+from ..jobs import INTERRUPTED, Assignment, EvalWorker, Running, WorkerReply
 from .. import memory
 from ..memory import Footprint
-from ..reference import Limit, ReferenceData, moved_inputs, scaled_limit, stage_limit
+from ..reference import ReferenceData, moved_inputs, scaled_limit, stage_limit
 from ..rounds import pooled
 from .builds import Build, Builds
 from .warm import WarmPool
@@ -94,7 +94,7 @@ class ConfirmationHost(Protocol):
     def job(self, mode: str) -> dict: ...
     def env(self, build_folder: Path | None) -> dict[str, str]: ...
     def limit(self, phase: str) -> Limit: ...
-    def answer(self, holding: Holding) -> Callable[[str], dict]: ...
+    def answer(self, holding: Holding) -> Callable[[str], Message]: ...
 
 
 class Confirmations:
@@ -168,9 +168,9 @@ class Confirmations:
                            for b in builds]}
         named = [""]
 
-        def on_line(line: str) -> None:
-            if line.startswith(KERNEL):
-                named[0] = line[len(KERNEL):]
+        def on_message(message: Message) -> None:
+            if isinstance(message, Running):
+                named[0] = message.kernel
 
         def limit(phase: str) -> Limit:
             if phase == "timing":
@@ -179,12 +179,12 @@ class Confirmations:
 
         if host.aborted:
             raise GaveUp()
-        worker = WorkerProcess(job, env=host.env(host.scratch / "extensions"), root=host.scratch)
+        worker = EvalWorker(job, env=host.env(host.scratch / "extensions"), root=host.scratch)
         host.workers_running.add(worker)
         holding = Holding(host.gate, lambda: host.aborted or not worker.alive())
         try:
             holding.share()
-            exceeded = worker.follow(limit=limit, answer=host.answer(holding), on_line=on_line)
+            exceeded = worker.follow(limit=limit, answer=host.answer(holding), on_message=on_message)
             holding.release()  # done with the device: another worker's timing need not wait for its end
             run = worker.result(exceeded)
         finally:

@@ -42,13 +42,13 @@ from .. import reference
 from .builds import Build, Builds, ToolchainWarmer, acquire
 from .confirmation import Confirmations
 from .gate import DeviceGate, GaveUp, Holding
-from ..jobs import INTERRUPTED, Assignment
+from ...workers import Go, Limit, Message, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
+from ..jobs import INTERRUPTED, Assignment, EvalWorker
 from .logs import tail
 from ..memory import Footprint
-from .pool import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
 from .machine import default_eval_workers, gpu_free_bytes, host_device_name
 from .probe import probe_task
-from .warm import WarmPool, WorkerFailed
+from .warm import Need, WarmPool, WorkerFailed
 
 class LocalEvaluator:
     """Evaluates candidates for one task on this machine (implements ``protocols.Evaluator``)."""
@@ -129,7 +129,7 @@ class LocalEvaluator:
 
     def _start_run_worker(self) -> WorkerProcess:
         folder = self.scratch / "extensions"  # a build a candidate would start goes nowhere shared
-        return WorkerProcess(self.job("run"), env=self.env(folder), root=self.scratch)
+        return EvalWorker(self.job("run"), env=self.env(folder), root=self.scratch)
 
     def _gpu_room(self) -> bool:
         """Whether the evaluation GPU has room for another worker (asked at most every 2 s)."""
@@ -178,25 +178,17 @@ class LocalEvaluator:
         """How long a run worker's ``phase`` may take (``reference.stage_limit``)."""
         return reference.stage_limit(phase, self.settings, self.reference)
 
-    def _run(self, build: Build, clock: StageClock, on_stage: CandidateStageCallback | None,
+    def _run(self, build: Build, clock: StageClock, need: Need, on_stage: CandidateStageCallback | None,
              on_output: OutputCallback | None, lean: bool = False) -> WorkerRun:
         worker: WorkerProcess | None = None
         holding = Holding(self.gate, lambda: self._aborted.is_set() or (worker is not None and not worker.alive()))
+        acquire(self._run_slots, self._aborted)
         try:
-            acquire(self._run_slots, self._aborted)
-        except GaveUp:
-            self.pool.expect(-1)
-            raise
-        try:
-            try:
-                worker = self.pool.take()
-            except BaseException:
-                self.pool.expect(-1)
-                raise
+            worker = need.take()
             holding.share()
             clock.switch("load")
-            worker.send(Assignment(candidate_path=str(build.folder / "candidate.py"),
-                                   build_dir=str(build.folder), lean=lean).model_dump())
+            worker.send(Assignment(candidate_path=str(build.folder / "candidate.py"), build_dir=str(build.folder),
+                                   lean=lean))
 
             exceeded = worker.follow(limit=self.limit, answer=self.answer(holding), on_stage=on_stage,
                                      on_output=on_output, clock=clock, phase="load")
@@ -227,30 +219,30 @@ class LocalEvaluator:
         self._reapers.add(thread)
         thread.start()
 
-    def _checked(self, build: Build, clock: StageClock, on_stage: CandidateStageCallback | None,
+    def _checked(self, build: Build, clock: StageClock, need: Need, on_stage: CandidateStageCallback | None,
                  on_output: OutputCallback | None) -> EvalResult:
         """The candidate's result. An evaluation that ran out of memory in the harness's own work
         is tried once more, poisoning less; failing again, or the task failing, raises: it is not
         the candidate's result."""
-        run = self._run(build, clock, on_stage, on_output)
+        run = self._run(build, clock, need, on_stage, on_output)
         if run.error_kind == "harness" and not self._aborted.is_set():
-            self.pool.expect(1)
-            run = self._run(build, clock, on_stage, on_output, lean=True)
+            with self.pool.need() as again:
+                run = self._run(build, clock, again, on_stage, on_output, lean=True)
         if not self._aborted.is_set() and (kind := run.error_kind) in ("harness", "task"):
             raise _failure(kind, run.reply.error, str(self.task.path))
         return self._from_run(run)
 
-    def answer(self, holding: Holding) -> Callable[[str], dict]:
+    def answer(self, holding: Holding) -> Callable[[str], Message]:
         """Answers to a worker's requests: ``want timing`` returns once the device is the
         worker's alone."""
-        def answer(what: str) -> dict:
+        def answer(what: str) -> Message:
             if what == "timing":
                 try:
                     holding.take()
                 except GaveUp:
                     if self._aborted.is_set():
                         raise
-            return {}  # a worker that died meanwhile is seen to end by the follow loop
+            return Go()  # a worker that died meanwhile is seen to end by the follow loop
         return answer
 
     def _from_run(self, run: WorkerRun) -> EvalResult:
@@ -275,18 +267,17 @@ class LocalEvaluator:
         future: Future[EvalResult] = Future()
         future.set_running_or_notify_cancel()
         clock = StageClock()
-        self.pool.expect(1)
-        thread = threading.Thread(target=self._pipeline, args=(source, future, clock, on_stage, on_output),
+        need = self.pool.need()
+        thread = threading.Thread(target=self._pipeline, args=(source, future, clock, need, on_stage, on_output),
                                   name="kevin-eval", daemon=True)
         self._threads.add(thread)
         thread.start()
         return future
 
-    def _pipeline(self, source: str, future: Future[EvalResult], clock: StageClock,
+    def _pipeline(self, source: str, future: Future[EvalResult], clock: StageClock, need: Need,
                   on_stage: CandidateStageCallback | None, on_output: OutputCallback | None) -> None:
         build: Build | None = None
         failure: KevinError | None = None
-        needs_worker = True
         try:
             if self._aborted.is_set():
                 raise GaveUp()
@@ -300,8 +291,7 @@ class LocalEvaluator:
             else:
                 clock.switch("queue")
                 self.probe()
-                needs_worker = False  # from here on the worker taken counts it
-                result = self._checked(build, clock, on_stage, on_output)
+                result = self._checked(build, clock, need, on_stage, on_output)
         except GaveUp:
             result = _interrupted(Stage.COMPILE if build is None else Stage.LOAD)
         except KevinError as exc:  # the task's or the machine's: the run ends, no candidate is blamed
@@ -316,8 +306,7 @@ class LocalEvaluator:
                                 error=f"the evaluator failed: {type(exc).__name__}: {exc}")
         finally:
             self._threads.discard(threading.current_thread())
-            if needs_worker:
-                self.pool.expect(-1)
+            need.drop()  # a candidate that never got to its worker
         if failure is not None:
             future.set_exception(failure)
             return

@@ -12,11 +12,11 @@ from ...config import EvalSettings
 from ...errors import EnvironmentUnavailable, TaskError
 from ...task import Task
 from .. import reference
-from ..jobs import WorkerReply
+from ...workers import Go, WorkerSet
+from ..jobs import EvalWorker, WorkerReply
 from .gate import DeviceGate, Holding
 from .logs import tail
 from .machine import detect_device
-from .pool import WorkerSet, run_worker
 
 
 class ProbeHost(Protocol):
@@ -43,17 +43,17 @@ def probe_task(host: ProbeHost, folder: Path) -> tuple[WorkerReply, reference.Re
                                      hint="run on a machine with a GPU, or pass --device cpu")
     holding = Holding(host.gate, lambda: host.aborted)
 
-    def answer(what: str) -> dict:
+    def answer(what: str) -> Go:
         if what == "timing":
             holding.take()
-        return {}
+        return Go()
 
     # One maker per task and settings: a second evaluator waits, then finds the data made.
     with reference.locked(folder), tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
         try:
             holding.share()
-            run = run_worker(host.job("probe"), env=host.env(Path(tmp)), timeout_s=host.settings.run_timeout_s,
-                             answer=answer, root=host.scratch, registry=host.workers_running)
+            run = EvalWorker.run(host.job("probe"), env=host.env(Path(tmp)), timeout_s=host.settings.run_timeout_s,
+                                 answer=answer, root=host.scratch, registry=host.workers_running)
         finally:
             holding.release()
     reply = run.reply

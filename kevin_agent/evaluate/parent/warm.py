@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from .gate import DeviceGate, GaveUp, Holding
 from .logs import tail
-from .pool import Limit, WorkerProcess, WorkerSet
+from ...workers import Go, Limit, Message, WorkerProcess, WorkerSet
 
 _FAILURES_IN_A_ROW = 2
 
@@ -67,8 +67,12 @@ class WarmPool:
             self._open = True
             self._top_up()
 
-    def expect(self, n: int = 1) -> None:
-        """``n`` more candidates will need a worker (negative: will not after all)."""
+    def need(self) -> Need:
+        """One more candidate will need a worker: counted from now until it takes one
+        (``Need.take``) or gives the need up (``Need.drop``, or the end of its ``with`` block)."""
+        return Need(self)
+
+    def _expect(self, n: int) -> None:
         with self._cond:
             self._expected = max(self._expected + n, 0)
             self._top_up()
@@ -78,7 +82,7 @@ class WarmPool:
         with self._cond:
             return len(self._ready)
 
-    def take(self) -> WorkerProcess:
+    def _take(self) -> WorkerProcess:
         """A ready worker of its own for one candidate; raises ``WorkerFailed`` or ``GaveUp``."""
         with self._cond:
             while not self._ready:
@@ -122,11 +126,11 @@ class WarmPool:
         holding = Holding(self._gate, self._give_up)
         stoppable = contextlib.ExitStack()
 
-        def answer(what: str) -> dict:
+        def answer(what: str) -> Message:
             if what == "device" and self._share_device:
                 stoppable.close()
                 holding.share()
-            return {}
+            return Go()
         try:
             worker = self._start()
             self._registry.add(worker)
@@ -162,3 +166,31 @@ class WarmPool:
                     else:
                         self._top_up()
             self._cond.notify_all()
+
+
+class Need:
+    """One candidate's claim on a warm worker, so that the pool keeps as many ready as will be
+    taken: it counts from its making until the worker is taken, or until it is dropped."""
+
+    def __init__(self, pool: WarmPool) -> None:
+        self._pool = pool
+        self._open = True
+        pool._expect(1)
+
+    def take(self) -> WorkerProcess:
+        """The candidate's worker (the claim ends); raises ``WorkerFailed`` or ``GaveUp`` (it stands)."""
+        worker = self._pool._take()
+        self._open = False
+        return worker
+
+    def drop(self) -> None:
+        """The candidate will not need a worker after all (nothing happens once one was taken)."""
+        if self._open:
+            self._open = False
+            self._pool._expect(-1)
+
+    def __enter__(self) -> Need:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.drop()

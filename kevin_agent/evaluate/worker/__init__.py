@@ -1,2 +1,17 @@
-"""What runs inside a worker process: the entry point (``main``), the task's code, the candidate's
-checks and timing, the confirmation's rounds, the guards. Every module here imports torch."""
+"""What runs inside an evaluation worker: the entry point (``main``), the task's code, the
+candidate's checks and timing, the confirmation's rounds, the guards. Every module here imports
+torch.
+
+Other kinds of worker (the model's, ``model.worker``) measure the same way with what this face
+exports: the person's file imported and its errors described, the device named, outputs compared,
+callables timed at their placements.
+"""
+
+from .candidate import device_name, versions
+from .correctness import Mismatch, Outcome, compare, leaves, same_values
+from .placements import Placements
+from .taskcode import describe, import_file, to_device
+from .timing import Timer
+
+__all__ = ["Mismatch", "Outcome", "Placements", "Timer", "compare", "describe", "device_name", "import_file", "leaves",
+           "same_values", "to_device", "versions"]

@@ -88,7 +88,7 @@ def new_model(module, task, job: Job, ref) -> torch.nn.Module:
     return model
 
 
-def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[str], dict], task, ref,
+def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[str], object], task, ref,
                   trials: Trials, integrity: Integrity) -> WorkerReply:
     """Load, check and time ``job.candidate_path``; the reply carries the verdict."""
     outcome = Outcome()

@@ -46,7 +46,7 @@ from .candidate import (RuleBroken, check_trials, compile_failed, device_name, n
                         refuse_hidden_work, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
-from ..jobs import Assignment, Job, KernelRounds, TimedRounds, WorkerReply
+from ..jobs import Assignment, Job, KernelRounds, Running, TimedRounds, WorkerReply
 from ..memory import timing_placements
 from .placements import Placements
 from .taskcode import TaskProblem, build_reference, describe, import_file, import_task
@@ -125,7 +125,7 @@ class Confirming:
     """One confirmation worker's state, from the fresh inputs to the verdicts."""
 
     def __init__(self, job: Job, mark: Callable[[str], None], stage: Callable[[Stage], None],
-                 request: Callable[[str], dict]) -> None:
+                 request: Callable[[str], object]) -> None:
         self.job, self.s, self.device = job, job.settings, job.settings.device
         self.mark, self.stage, self.request = mark, stage, request
         self.kernels = [Kernel(i, where) for i, where in enumerate(job.kernels)]
@@ -280,7 +280,7 @@ class Confirming:
 
 def do_confirm(job: Job, parent) -> WorkerReply:
     """The confirmation worker's job (``worker`` mode ``confirm``)."""
-    confirming = Confirming(job, parent.mark, parent.stage, parent.request)
+    confirming = Confirming(job, _marker(parent), parent.stage, parent.request)
     try:
         confirming.prepare()
     except TaskProblem as exc:
@@ -294,3 +294,14 @@ def do_confirm(job: Job, parent) -> WorkerReply:
     parent.stage(Stage.DONE)
     return WorkerReply(ok=True, confirmed=verdicts, rounds=rounds, device_name=device_name(job.settings.device),
                        versions=versions(), memory=meter.use(job.settings.device, confirming.trials.meta.footprint))
+
+
+def _marker(parent) -> Callable[[str], None]:
+    """Names the kernel whose code runs next (``-``: the reference), once each time it changes."""
+    named = [""]
+
+    def mark(which: str) -> None:
+        if which != named[0]:
+            named[0] = which
+            parent.send(Running(kernel=which))
+    return mark

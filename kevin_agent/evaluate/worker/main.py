@@ -10,33 +10,29 @@ measures the task's device memory and refuses a task that does not fit (``memory
 that runs out of memory in the harness's own work says so (``harness``), never as its candidate's
 error. The reply goes to a
 file (candidate code may print to stdout); stages go to the parent through a pipe as they
-start, so the parent knows where a crash or a hang happened.
+start, so the parent knows where a crash or a hang happened (``workers.child``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import json
 import os
-import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
 import torch
 
 from ...formatting import gib
 from ...results import Stage
 from ...task import TaskProbe
+from ...workers import Parent, profiled, serve
 from . import meter
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
 from .candidate import device_name, run_candidate, versions
 from .confirmation import do_confirm
 from .correctness import leaves, set_reference_tf32
 from .guards import Integrity
-from ..jobs import KERNEL, REPLIED, WANT, Assignment, Job, WorkerReply
+from ..jobs import Assignment, Job, WorkerReply
 from ..memory import requested_bytes
 from ..reference import read
 from .taskcode import TaskProblem, build_reference, call_factory, describe, import_file, import_task, make_inputs, spec
@@ -113,7 +109,7 @@ def do_compile(job: Job, parent: Parent) -> WorkerReply:
     from ..toolchain.build import building
 
     if not job.candidate_path:
-        assignment = Assignment(**parent.request("candidate"))
+        assignment = parent.request("candidate", Assignment)
         os.environ["TORCH_EXTENSIONS_DIR"] = assignment.build_dir
         job = job.model_copy(update={"candidate_path": assignment.candidate_path})
     parent.stage(Stage.COMPILE)
@@ -154,112 +150,19 @@ def do_run(job: Job, parent: Parent) -> WorkerReply:
         fp = meta.footprint if meta is not None else None
         return WorkerReply(ok=False, error_kind="harness",
                            error=meter.harness_note(exc, device, fp, "while a worker got ready"))
-    assignment = Assignment(**parent.request("candidate"))
+    assignment = parent.request("candidate", Assignment)
     os.environ["TORCH_EXTENSIONS_DIR"] = assignment.build_dir
     trials.lean = assignment.lean
     job = job.model_copy(update={"candidate_path": assignment.candidate_path})
     return run_candidate(job, parent.stage, parent.request, task, ref, trials, integrity)
 
 
-class Parent:
-    """The worker's ends of the pipes: ``parent(stage)`` announces a stage, ``request`` asks the
-    parent for something and waits for the answer."""
-
-    def __init__(self, job: Job) -> None:
-        # Not for the candidate's child processes: the parent sees this worker end when they close.
-        for fd in (job.progress_fd, job.control_fd):
-            os.set_inheritable(fd, False)
-        self._out = os.fdopen(job.progress_fd, "w", buffering=1, encoding="utf-8")
-        self._in = os.fdopen(job.control_fd, "r", encoding="utf-8")
-        self._marked = ""
-
-    def stage(self, s: Stage) -> None:
-        self._out.write(s.value + "\n")
-
-    __call__ = stage
-
-    def say(self, line: str) -> None:
-        try:
-            self._out.write(line + "\n")
-        except OSError:
-            pass  # the parent is gone; the reply file is there for whoever looks
-
-    def mark(self, which: str) -> None:
-        """Name the kernel whose code runs next (confirm mode; ``-``: the reference)."""
-        if which != self._marked:
-            self._marked = which
-            self._out.write(KERNEL + which + "\n")
-
-    def request(self, what: str) -> dict:
-        self._out.write(WANT + what + "\n")
-        line = self._in.readline()
-        if not line:
-            os._exit(3)  # the parent is gone
-        return json.loads(line)
-
-
-def profiled(job: Job, work: Callable[[], WorkerReply]) -> WorkerReply:
-    """``work()``, under cProfile when the settings name a profile folder (``EvalSettings.profile_dir``)."""
-    folder = job.settings.profile_dir
-    if folder is None:
-        return work()
-    import cProfile
-    import io
-    import pstats
-
-    # The allocator's history where asked (Python frames only: C++ stacks cost milliseconds an
-    # allocation), for finding what is live at the evaluation's peak (benchmarks/stages.py).
-    history = job.settings.device == "cuda" and job.settings.profile_memory
-    if history:
-        try:
-            torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
-        except Exception:  # a profile must never fail the job
-            history = False
-    profile = cProfile.Profile()
-    try:
-        return profile.runcall(work)
-    finally:
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = folder / f"{job.mode}-{os.getpid()}"
-        profile.dump_stats(f"{stem}.prof")
-        if history:
-            with contextlib.suppress(Exception):  # a profile must never fail the job
-                torch.cuda.memory._dump_snapshot(f"{stem}.memory.pickle")
-        text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
-        Path(f"{stem}.txt").write_text(text.getvalue(), encoding="utf-8")
-
-
-def start(job_type, argv: list[str] | None):
-    """A worker's start, the same for every kind: the job named on its command line, the pipes to
-    its parent, and torch's threads as the settings say."""
-    args = sys.argv[1:] if argv is None else argv
-    job = job_type.model_validate_json(Path(args[0]).read_text())
-    if job.settings.device == "cpu" and job.settings.cpu_threads:
-        torch.set_num_threads(job.settings.cpu_threads)
-    return job, Parent(job)
-
-
-def finish(job, parent: Parent, reply) -> NoReturn:
-    """Write ``reply`` whole (a reader never sees half of it), say so, and end at once."""
-    tmp = job.reply_path + ".tmp"
-    Path(tmp).write_text(reply.model_dump_json(), encoding="utf-8")
-    os.replace(tmp, job.reply_path)
-    parent.say(REPLIED)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: candidate atexit hooks and extension destructors may hang or crash.
-    os._exit(0)
+MODES = {"probe": do_probe, "compile": do_compile, "run": do_run, "confirm": do_confirm}
 
 
 def main(argv: list[str] | None = None) -> None:
-    job, parent = start(Job, argv)
-    modes = {"probe": do_probe, "compile": do_compile, "run": do_run, "confirm": do_confirm}
-    try:
-        reply = profiled(job, lambda: modes[job.mode](job, parent))
-    except BaseException as exc:
-        reply = WorkerReply(ok=False, error_kind="runtime", error=describe(exc, job.candidate_path))
-    finish(job, parent, reply)
+    serve(Job, lambda job, parent: profiled(job, lambda: MODES[job.mode](job, parent)),
+          lambda job, exc: WorkerReply(ok=False, error_kind="runtime", error=describe(exc, job.candidate_path)), argv)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ...results import SyncCheck, TimingStats
 from ..rounds import ratios, stats
-
-if TYPE_CHECKING:
-    from .timing import Run
 
 _median = statistics.median
 
@@ -22,6 +18,16 @@ HIDDEN_ABS_MS = 0.008
 """Hidden work below this is noise in the synchronisation's own cost, never refused."""
 HIDDEN_REL = 0.10
 """Hidden work below this share of the stream time is never refused."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed run: on the stream, up to a device-wide sync, and whether the whole call was queued
+    before the GPU reached the start event (always on cpu)."""
+
+    stream_ms: float
+    synced_ms: float
+    ahead: bool = True
 
 
 @dataclass

@@ -69,13 +69,19 @@ def _raise_if_out_of_memory(exc: Exception) -> None:
 
 
 def call_factory(module, name: str, job: Job) -> list:
+    return _listed(lambda: getattr(module, name)(), f"{name}()", job)
+
+
+def _listed(factory, what: str, job: Job) -> list:
+    """What the task's ``factory()`` returns, as a list; a ``TaskProblem`` naming ``what`` when it
+    raises or returns anything else."""
     try:
-        values = getattr(module, name)()
+        values = factory()
     except Exception as exc:
         _raise_if_out_of_memory(exc)
-        raise TaskProblem(f"{name}() raised {describe(exc, job.task_path)}") from None
+        raise TaskProblem(f"{what} raised {describe(exc, job.task_path)}") from None
     if not isinstance(values, (list, tuple)):
-        raise TaskProblem(f"{name}() must return a list, got {type(values).__name__}")
+        raise TaskProblem(f"{what} must return a list, got {type(values).__name__}")
     return list(values)
 
 
@@ -154,14 +160,7 @@ def _signature_inputs(module, job: Job, signature: int) -> list:
     factories = signature_factories(module, job)
     if signature >= len(factories):
         raise TaskProblem(f"get_input_signatures() names {len(factories)} signatures; there is no {signature}")
-    try:
-        values = factories[signature][1]()
-    except Exception as exc:
-        _raise_if_out_of_memory(exc)
-        raise TaskProblem(f"the factory of input signature {signature} raised {describe(exc, job.task_path)}") from None
-    if not isinstance(values, (list, tuple)):
-        raise TaskProblem(f"the factory of input signature {signature} must return a list, got {type(values).__name__}")
-    return list(values)
+    return _listed(factories[signature][1], f"the factory of input signature {signature}", job)
 
 
 def describe_inputs(values) -> list[str]:

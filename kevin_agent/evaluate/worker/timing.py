@@ -58,7 +58,7 @@ import torch
 from ...results import TimingStats
 from .placements import Placements
 from ..rounds import stats
-from .runs import Runs
+from .runs import Run, Runs
 
 _perf_counter = time.perf_counter
 _median = statistics.median
@@ -107,16 +107,6 @@ def _event():
 
 def _nothing() -> None:
     return None
-
-
-@dataclass(frozen=True)
-class Run:
-    """One timed run: on the stream, up to a device-wide sync, and whether the whole call was queued
-    before the GPU reached the start event (always on cpu)."""
-
-    stream_ms: float
-    synced_ms: float
-    ahead: bool = True
 
 
 @dataclass

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...evaluate.worker.correctness import leaves, same_values
-from ...evaluate.worker.taskcode import describe, import_file
+from ...evaluate.worker import describe, import_file, leaves, same_values
 from ..jobs import CapturedTask
 from ..records import ExtractedTask, SignatureCount, SignatureUse
 from . import taskfile

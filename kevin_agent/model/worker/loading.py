@@ -11,7 +11,7 @@ import torch
 
 from ...config import EvalSettings
 from ...evaluate.memory import is_out_of_memory, requested_bytes
-from ...evaluate.worker.taskcode import describe, import_file, to_device
+from ...evaluate.worker import describe, import_file, to_device
 from ...formatting import gib
 
 

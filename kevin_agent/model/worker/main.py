@@ -1,6 +1,6 @@
 """The model worker: ``python -m kevin_agent.model.worker.main JOB.json``.
 
-Started by ``model.process`` as the evaluation's workers are (its own session, a scrubbed
+Started by ``model.process`` as every worker is (``workers``: its own session, a scrubbed
 environment, a reply file). Modes: ``profile`` (``profiling``), ``extract`` (``capture``), ``e2e``
 (the whole model timed, with or without a kernel installed, its outputs written or compared).
 """
@@ -14,13 +14,9 @@ from pathlib import Path
 import torch
 
 from ...evaluate.plausibility import bandwidth
-from ...evaluate.worker.candidate import device_name, versions
-from ...evaluate.worker.correctness import Mismatch, Outcome, compare
-from ...evaluate.worker.main import Parent, finish, start
-from ...evaluate.worker.taskcode import describe, import_file
 from ...evaluate.rounds import ratios
-from ...evaluate.worker.placements import Placements
-from ...evaluate.worker.timing import Timer
+from ...evaluate.worker import Mismatch, Outcome, Placements, Timer, compare, describe, device_name, import_file, versions
+from ...workers import Parent, serve
 from ..jobs import E2ERun, ModelJob, ModelReply
 from ..records import ModelProfile
 from . import capture, profiling
@@ -43,14 +39,14 @@ def _timed_forward_ms(loaded: LoadedModel, settings) -> float:
 def do_profile(job: ModelJob, parent: Parent) -> ModelReply:
     s = job.settings
     loaded = load(s, job.model_path)
-    parent.say("recording")
+    parent.note("recording")
     recorded = profiling.record_calls(loaded)
     for _ in range(s.warmup_runs):
         forward(loaded)
-    parent.say("profiling")
+    parent.note("profiling")
     paths, stats = profiling.profile_calls(loaded, job.forwards, s.device)
     modules = profiling.module_profiles(loaded, recorded, paths, stats, job.forwards)
-    parent.say("timing")
+    parent.note("timing")
     forward_ms = _timed_forward_ms(loaded, s)
     measured = Timer(s.device).bandwidth_bytes_per_ms() if s.bandwidth_gb_s is None else 0.0
     profile = ModelProfile(
@@ -76,11 +72,11 @@ def do_extract(job: ModelJob, parent: Parent) -> ModelReply:
     missing = [p for p in job.modules if p not in have]
     if missing:
         raise ModelProblem("module", f"the model has no module {missing[0]!r}", paths=have)
-    parent.say("recording")
+    parent.note("recording")
     calls = capture.record_module(loaded, job.modules)
     tasks = []
     for path in job.modules:
-        parent.say(f"capturing {path}")
+        parent.note(f"capturing {path}")
         tasks.append(capture.capture(loaded, path, calls[path], job.model_file_name, s.seed))
     return ModelReply(ok=True, tasks=tasks, device_name=device_name(s.device), versions=versions())
 
@@ -106,11 +102,11 @@ def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
         if guard is not None:
             module.forward = guard.original
         torch.save(forward(loaded), job.outputs_path)
-        parent.say("timing")
+        parent.note("timing")
         return ModelReply(ok=True, e2e=E2ERun(forward_ms=_timed_forward_ms(loaded, s)),
                           device_name=device_name(s.device), versions=versions())
     if guard is None:
-        parent.say("installing")
+        parent.note("installing")
         try:
             kernel = import_file(job.kernel_path, "kevin_kernel")
             kernel.install(loaded.model, job.modules[0])
@@ -127,7 +123,7 @@ def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
     except Mismatch as exc:
         run.outputs_match, run.mismatch = False, str(exc)
     run.max_abs_err, run.max_rel_err = outcome.max_abs_err, outcome.max_rel_err
-    parent.say("timing")
+    parent.note("timing")
 
     def without(*inputs):
         module.forward = guard.original
@@ -146,18 +142,21 @@ def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
 MODES = {"profile": do_profile, "extract": do_extract, "e2e": do_e2e}
 
 
-def main(argv: list[str] | None = None) -> None:
-    job, parent = start(ModelJob, argv)
+def work(job: ModelJob, parent: Parent) -> ModelReply:
     started = time.monotonic()
     try:
         reply = MODES[job.mode](job, parent)
     except ModelProblem as exc:
-        reply = ModelReply(ok=False, error_kind=exc.kind, error=exc.message, hint=exc.hint, paths=exc.paths)
-    except BaseException as exc:
-        reply = ModelReply(ok=False, error_kind="model", error=describe(exc, job.model_path))
+        return ModelReply(ok=False, error_kind=exc.kind, error=exc.message, hint=exc.hint, paths=exc.paths)
     if reply.profile is not None:
         reply.profile.wall_s = round(time.monotonic() - started, 3)
-    finish(job, parent, reply)  # the person's atexit hooks and extension destructors are not ours to wait for
+    return reply
+
+
+def main(argv: list[str] | None = None) -> None:
+    # The person's atexit hooks and extension destructors are not ours to wait for (``serve`` ends at once).
+    serve(ModelJob, work, lambda job, exc: ModelReply(ok=False, error_kind="model", error=describe(exc, job.model_path)),
+          argv)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from textual.widgets import (
     TabPane,
 )
 
-from ...engine.confirmation import best_of_run, confirmed_turns
-from ...engine.lineage import outcome, tree_chains, wrap_chain
+from ...results.winner import best_of_run, confirmed_turns
+from ...results.lineage import outcome, tree_chains, wrap_chain
 from ...formatting import marked_speedup
 from ...results import RunInfo, TurnRecord
 from ...store import list_runs, read_records
@@ -329,8 +329,7 @@ class HistoryScreen(Screen):
         if self.run_id is None:
             return "no run selected"
         info, _ = self.runs[self.run_id]
-        engine = getattr(self.app, "engine", None)
-        if getattr(self.app, "running", False) and engine is not None and engine.store.info.run_id == info.run_id:
+        if self.app.live_run_id == info.run_id:
             return f"run {info.run_id} is running in this window (escape goes back to it)"
         if info.status == LIVE:
             owner = run_owner(self.runs_root / info.run_id)

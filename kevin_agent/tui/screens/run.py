@@ -123,16 +123,14 @@ class RunScreen(Screen):
 
     # --- steering offered ----------------------------------------------------------------
     def _can_cancel(self) -> bool:
-        engine = getattr(self.app, "engine", None)
-        return bool(getattr(self.app, "running", False) and engine is not None and engine.generating)
+        return self.app.generating
 
     def _branchable(self) -> tuple[int, int] | None:
         """The selected turn, when a running run could continue it in a new chain."""
-        engine = getattr(self.app, "engine", None)
-        if not getattr(self.app, "running", False) or engine is None or self.pinned is None:
+        if self.pinned is None:
             return None
         record = self.state.record(self.pinned)
-        if record is None or not record.finished or record.turn >= engine.config.turns:
+        if record is None or not record.finished or not self.app.can_branch(record.turn):
             return None
         return self.pinned
 
@@ -152,12 +150,10 @@ class RunScreen(Screen):
             self.notify("select a finished turn of the running run that has turns left after it", severity="warning")
             return
         try:
-            self.app.engine.branch(*key)
+            where = self.app.branch(*key)
         except ValueError as exc:
             self.notify(str(exc), severity="warning")
             return
-        where = ("takes the weakest slot of the next turn" if self.app.engine.search.name == "beam"
-                 else "is a new trajectory")
         self.notify(f"trajectory {key[0]} turn {key[1]} goes on in a new chain from the next turn: it {where}")
 
     def action_cancel_generation(self) -> None:

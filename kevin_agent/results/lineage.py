@@ -6,25 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..formatting import fmt_speedup
-from ..results import Status, TurnRecord
+from .turns import TurnRecord
 
 Key = tuple[int, int]
 
-SHORT = {
-    Status.PARSE_ERROR: "parse error",
-    Status.CHECK_FAILED: "check failed",
-    Status.COMPILE_ERROR: "compile error",
-    Status.RUNTIME_ERROR: "runtime error",
-    Status.INCORRECT: "incorrect",
-    Status.TIMEOUT: "timeout",
-    Status.CANCELLED: "cancelled",
-}
-
 
 def outcome(record: TurnRecord) -> str:
-    """A turn's outcome in a word or two: the speedup of a correct turn, else how it failed."""
-    return fmt_speedup(record.speedup) if record.correct else SHORT.get(record.status, record.status.value)
+    """A turn's outcome in a word or two: the speedup of a correct turn (as ``formatting`` writes
+    one), else how it failed (``Status.label``)."""
+    if not record.correct:
+        return record.status.label
+    return "-" if record.speedup is None else f"{record.speedup:.2f}x"
 
 
 def path_to(records: Sequence[TurnRecord], key: Key | None) -> list[TurnRecord]:

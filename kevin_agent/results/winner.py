@@ -20,8 +20,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..results import (Confirmation, Confirmed, ConfirmedSpeedup, RunInfo, TurnRecord, best_record,
-                      implausible_flag)
+from .confirmation import Confirmation, Confirmed, ConfirmedSpeedup
+from .run import RunInfo
+from .turns import TurnRecord, best_record, implausible_flag
 
 
 def candidates(records: Sequence[TurnRecord], top: int) -> list[TurnRecord]:

@@ -1,9 +1,10 @@
-"""The plugin registry: built-ins, installed entry points and the ``plugins/`` folder.
+"""Plugins: the registry of built-ins, installed entry points and the ``plugins/`` folder.
 
-Every backend, device, check and reporter, built-in or not, comes in through the hooks of
-``hookspecs``, and everything that picks one by name (``--backend``, ``--device``) looks here.
-A plugin that fails to import is skipped and recorded in ``Registry.load_errors`` for the
-CLI to report on stderr; the engine itself never prints.
+Every backend, device, search, check and reporter, built-in (``builtin``) or not, comes in through
+the hooks of ``hookspecs``, and everything that picks one by name (``--backend``, ``--device``)
+looks here; each table holds factories of the interface ``protocols`` declares for it. A plugin
+that fails to import is skipped and recorded in ``Registry.load_errors`` for the CLI to report on
+stderr; the engine itself never prints.
 """
 
 from __future__ import annotations
@@ -17,57 +18,73 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeVar
 
 import pluggy
 
+from ..config import EvalSettings, RunConfig
+from ..errors import ConfigError
+from ..protocols import Backend, Evaluator, Reporter, Search
+from ..results import CheckResult, Violation
+from ..task import Task
 from . import hookspecs
-from .errors import ConfigError
-from .results import CheckResult, Violation
 
 ENTRY_POINT_GROUP = "kevin_opt"
+F = TypeVar("F")
+
+
+class BackendFactory(Protocol):
+    """``factory(config)``; one registered with ``replays=True`` is called ``factory(config, skip=n)``."""
+
+    def __call__(self, config: RunConfig, /, **replay: int) -> Backend: ...
+
+
+DeviceFactory = Callable[[Task, EvalSettings], Evaluator]
+SearchFactory = Callable[[RunConfig], Search]
+CheckFn = Callable[[ast.Module, str, str], list[Violation]]
+"""``check(tree, source, device)``: the rules a candidate's source breaks."""
 
 
 @dataclass
 class CheckRule:
     name: str
     description: str
-    check: Callable[..., list]
+    check: CheckFn
 
 
 @dataclass
 class Registry:
-    backends: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    backends: dict[str, BackendFactory] = field(default_factory=dict)
     replaying: set[str] = field(default_factory=set)
     """Backends registered with ``replays=True``: their factories take ``skip``."""
-    devices: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    searches: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    devices: dict[str, DeviceFactory] = field(default_factory=dict)
+    searches: dict[str, SearchFactory] = field(default_factory=dict)
     checks: dict[str, CheckRule] = field(default_factory=dict)
-    reporters: dict[str, Any] = field(default_factory=dict)
+    reporters: dict[str, Reporter] = field(default_factory=dict)
     load_errors: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
 
-    def make_backend(self, config, *, skip: int = 0):
+    def make_backend(self, config: RunConfig, *, skip: int = 0) -> Backend:
         """The backend ``config.backend`` names. ``skip`` is the number of responses a resumed run
         has already used; only backends that replay a fixed sequence take it."""
         factory = self.backend_factory(config.backend)
         return factory(config, skip=skip) if config.backend in self.replaying else factory(config)
 
-    def make_search(self, config):
+    def make_search(self, config: RunConfig) -> Search:
         """The search strategy ``config.search`` names (``--search``)."""
         return self.search_factory(config.search)(config)
 
-    def search_factory(self, name: str) -> Callable[..., Any]:
+    def search_factory(self, name: str) -> SearchFactory:
         return _lookup(self.searches, "search", name)
 
-    def backend_factory(self, name: str) -> Callable[..., Any]:
+    def backend_factory(self, name: str) -> BackendFactory:
         """The registered factory for ``name``; a clear error listing the names otherwise."""
         return _lookup(self.backends, "backend", name)
 
-    def device_factory(self, name: str) -> Callable[..., Any]:
+    def device_factory(self, name: str) -> DeviceFactory:
         return _lookup(self.devices, "device", name)
 
-    def make_evaluator(self, task, settings):
+    def make_evaluator(self, task: Task, settings: EvalSettings) -> Evaluator:
         return self.device_factory(settings.device)(task, settings)
 
     def check(self, source: str, device: str) -> CheckResult:
@@ -76,7 +93,7 @@ class Registry:
         try:
             tree = ast.parse(source)
         except SyntaxError as exc:
-            from .checks import syntax_violation
+            from ..checks import syntax_violation
 
             return CheckResult(passed=False, violations=[syntax_violation(exc)])
         violations: list[Violation] = []
@@ -94,9 +111,9 @@ def build_registry(extra_dirs: list[Path] | None = None) -> Registry:
     pm.add_hookspecs(hookspecs)
     reg = Registry()
 
-    from . import builtin_plugin
+    from . import builtin
 
-    pm.register(builtin_plugin, name="builtin")
+    pm.register(builtin, name="builtin")
 
     # The repository's plugins/ folder ships as the package kevin_agent.plugins.
     if _has_shipped_plugins():
@@ -118,7 +135,8 @@ def build_registry(extra_dirs: list[Path] | None = None) -> Registry:
             _register_module(pm, reg, f"kevin_user_plugin_{name}", lambda p=path, n=name: _import_path(n, p), label=str(path))
 
     hook = pm.hook
-    def register_backend(name: str, factory: Callable[..., Any], *, replays: bool = False) -> None:
+
+    def register_backend(name: str, factory: BackendFactory, *, replays: bool = False) -> None:
         reg.backends[name] = factory
         (reg.replaying.add if replays else reg.replaying.discard)(name)
 
@@ -156,7 +174,7 @@ def _register_module(pm: pluggy.PluginManager, reg: Registry, name: str, load, l
         pm.register(module, name=name)
 
 
-def _lookup(table: dict[str, Any], what: str, name: str) -> Any:
+def _lookup(table: dict[str, F], what: str, name: str) -> F:
     if name not in table:
         raise ConfigError(f"unknown {what} {name!r}", f"choose one of: {', '.join(sorted(table))} "
                           f"(plugins can register more)")

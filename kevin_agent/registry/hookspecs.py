@@ -1,7 +1,7 @@
 """Plugin hooks. A plugin is a module with functions marked ``@hookimpl``.
 
 Each hook gets a ``register`` callback; the built-ins are registered through the very same
-hooks (``kevin_agent.builtin_plugin``), so a plugin can do anything a built-in does.
+hooks (``kevin_agent.registry.builtin``), so a plugin can do anything a built-in does.
 """
 
 from __future__ import annotations

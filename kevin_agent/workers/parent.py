@@ -1,17 +1,16 @@
 """Parent side of a worker: start it isolated, follow its stages, answer its requests, enforce
 its time limits.
 
-Each worker runs ``python -m kevin_agent.evaluate.worker.main JOB.json`` in a new session (so the
-whole process group, compiler children included, can be killed), with a scrubbed environment,
-its stdout/stderr captured to a log in its own temporary folder, and two pipes (see ``jobs``).
-The parent never imports the candidate and never touches the GPU.
+Each worker runs ``python -m <its entry module> JOB.json`` in a new session (so the whole process
+group, compiler children included, can be killed), with a scrubbed environment, its stdout/stderr
+captured to a log in its own temporary folder, and two pipes that carry messages (``messages``).
+The parent never imports what the worker runs and never touches the GPU.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
-import json
 import os
 import select
 import shutil
@@ -21,16 +20,22 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel
+from ..results import Stage, StageTimes
+from .messages import Entered, Go, Job, Malformed, Message, Replied, Reply, Want, decode, encode
 
-from ...results import Stage, StageTimes
-from ..jobs import REPLIED, WANT, Job, WorkerReply
-from ..reference import Limit
+@dataclass(frozen=True)
+class Limit:
+    """How long a phase of a worker may run, and how that number came about (for the feedback)."""
+
+    seconds: float
+    how: str
+
 
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "AUTH")
 _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_", "AZURE_", "GOOGLE_",
@@ -132,7 +137,7 @@ class WorkerSet:
 
 @dataclass
 class WorkerRun:
-    reply: WorkerReply | None
+    reply: Reply | None
     returncode: int
     timed_out: bool
     stage: Stage | None
@@ -144,7 +149,7 @@ class WorkerRun:
 
     @property
     def error_kind(self) -> str:
-        """Whose failure the worker's reply names (``WorkerReply.error_kind``); '' without a reply."""
+        """Whose failure the worker's reply names (``Reply.error_kind``); '' without a reply."""
         return self.reply.error_kind if self.reply is not None else ""
 
     def died(self) -> str:
@@ -161,14 +166,15 @@ class WorkerRun:
 class WorkerProcess:
     """One worker process, its folder and the parent's ends of its pipes.
 
-    A kind of worker is its entry module, its job and its reply: the model workers
-    (``model.process``) name their own and share the rest (its lines, its time limit, killing its
-    process group, collecting its log)."""
+    A kind of worker is a subclass naming its entry module, its job and its reply (the evaluation's
+    ``evaluate.jobs.EvalWorker``, the model's ``model.jobs.ModelWorker``); the rest is shared: its
+    messages, its time limits, killing its process group, collecting its log."""
 
-    ENTRY = "kevin_agent.evaluate.worker.main"
-    JOB: type[BaseModel] = Job
-    REPLY: type[BaseModel] = WorkerReply
-    PREFIX = "kevin-job-"
+    ENTRY: ClassVar[str]
+    """The module the worker runs (``python -m ENTRY JOB.json``)."""
+    JOB: ClassVar[type[Message]] = Job
+    REPLY: ClassVar[type[Reply]] = Reply
+    PREFIX: ClassVar[str] = "kevin-worker-"
 
     def __init__(self, job_fields: dict, *, env: dict[str, str], root: Path | None = None) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix=self.PREFIX, dir=root))
@@ -177,7 +183,7 @@ class WorkerProcess:
         job = self.JOB(**job_fields, reply_path=str(self.folder / "reply.json"), progress_fd=progress_w,
                        control_fd=control_r)
         job_path = self.folder / "job.json"
-        job_path.write_text(job.model_dump_json())
+        job_path.write_bytes(encode(job))
         self.reply_path = Path(job.reply_path)
         self.log_path = self.folder / "log.txt"
         try:
@@ -202,19 +208,22 @@ class WorkerProcess:
         self._progress, self._control = progress_r, control_w
         self._pending = b""
         self._eof = False
+        self.garbled: list[str] = []
+        """What it wrote on its pipe that is no message (a crash mid-line, code that wrote to the
+        pipe): its own doing, kept for its log."""
         self._log = open(self.log_path, "rb")  # noqa: SIM115 (read as it grows, closed in finish)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.stages: list[Stage] = []
         self.replied = False
-        """It said ``REPLIED``: its reply is complete and what is left is its process's own end."""
+        """It said ``Replied``: its reply is complete and what is left is its process's own end."""
         self.finished = False
         self.waiting_for = ""
         """What it asked for when ``follow`` stopped at its request (it blocks until answered)."""
 
     # --- talking to it ------------------------------------------------------------------
-    def lines(self, timeout: float) -> list[str] | None:
-        """Lines the worker wrote, waiting up to ``timeout`` for the first; None once it has
-        closed its end (it exited)."""
+    def messages(self, timeout: float) -> list[Message] | None:
+        """Messages the worker wrote, waiting up to ``timeout`` for the first; None once it has
+        closed its end (it exited). A line that is no message goes to ``garbled``, never raises."""
         if self._eof:
             return None
         ready, _, _ = select.select([self._progress], [], [], max(timeout, 0.0))
@@ -223,15 +232,23 @@ class WorkerProcess:
         data = os.read(self._progress, 65536)
         if not data:
             self._eof = True
+            if self._pending.strip():
+                self.garbled.append(f"an unfinished line {self._pending[:120]!r}")
             return None
         *whole, self._pending = (self._pending + data).split(b"\n")
-        return [ln.decode("utf-8", "replace").strip() for ln in whole]
+        out = []
+        for line in filter(bytes.strip, whole):
+            try:
+                out.append(decode(line))
+            except Malformed as exc:
+                self.garbled.append(str(exc))
+        return out
 
-    def send(self, payload: Mapping) -> None:
+    def send(self, message: Message) -> None:
         self.waiting_for = ""
         self.assigned_at = time.monotonic()
         try:
-            os.write(self._control, (json.dumps(dict(payload)) + "\n").encode())
+            os.write(self._control, encode(message))
         except OSError:
             pass  # it died; the next read sees the end
 
@@ -261,14 +278,21 @@ class WorkerProcess:
                     pass
         return self.proc.returncode
 
-    def reply(self):
-        """The worker's reply (a ``REPLY``), or None before it wrote one."""
-        if not self.reply_path.is_file():
+    def reply(self) -> Reply | None:
+        """The worker's reply (a ``REPLY``), or None before it wrote one; one that is no reply is
+        the worker's failure, as if it had written none."""
+        try:
+            return decode(self.reply_path.read_bytes(), self.REPLY)
+        except FileNotFoundError:
             return None
-        return self.REPLY.model_validate_json(self.reply_path.read_text(encoding="utf-8"))
+        except Malformed as exc:
+            self.garbled.append(f"its reply: {exc}")
+            return None
 
     def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        """What it printed, and what it wrote on its pipe that was no message."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return text + "".join(f"\n[kevin-opt] not a message from the worker: {g}" for g in self.garbled)
 
     def remove(self) -> None:
         """Finish it and delete its folder."""
@@ -277,43 +301,43 @@ class WorkerProcess:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     # --- following it -------------------------------------------------------------------
-    def follow(self, *, limit: Callable[[str], Limit], answer: Callable[[str], Mapping] | None = None,
+    def follow(self, *, limit: Callable[[str], Limit], answer: Callable[[str], Message] | None = None,
                on_stage: Callable[[Stage], None] | None = None, on_output: Callable[[str], None] | None = None,
                clock: StageClock | None = None, stop_at: str = "", phase: str = "start",
-               on_line: Callable[[str], None] | None = None) -> Limit | None:
+               on_message: Callable[[Message], None] | None = None) -> Limit | None:
         """Follow the worker until it exits or asks for ``stop_at``: announce its stages, answer
         its requests (``answer(what)`` may block; that time is not the worker's and goes to the
-        clock's queue), hand any other line to ``on_line``, and kill it when a phase runs past its
-        limit. Returns the limit it ran past, else None."""
+        clock's queue; without it every request is answered ``Go``), hand any other message to
+        ``on_message``, and kill it when a phase runs past its limit. Returns the limit it ran
+        past, else None."""
         current = limit(phase)
         deadline = time.monotonic() + current.seconds
         while True:
-            lines = self.lines(min(0.1, max(deadline - time.monotonic(), 0.0)))
-            gone = lines is None or (not lines and not self.alive())
-            if gone and lines is not None:
-                lines = self.lines(0.0)  # what it wrote just before it exited
+            messages = self.messages(min(0.1, max(deadline - time.monotonic(), 0.0)))
+            gone = messages is None or (not messages and not self.alive())
+            if gone and messages is not None:
+                messages = self.messages(0.0)  # what it wrote just before it exited
             if on_output is not None:
                 text = self.output()
                 if text:
                     on_output(text)
-            for line in lines or []:
-                if line.startswith(WANT):
-                    what = line[len(WANT):]
-                    if what == stop_at:
-                        self.waiting_for = what
+            for message in messages or []:
+                if isinstance(message, Want):
+                    if message.what == stop_at:
+                        self.waiting_for = message.what
                         return None
                     if clock is not None:
                         clock.switch("queue")
                     waited = time.monotonic()
-                    self.send(answer(what) if answer is not None else {})
+                    self.send(answer(message.what) if answer is not None else Go())
                     deadline += time.monotonic() - waited
                     if clock is not None:
                         clock.switch(phase)
-                elif line == REPLIED:
+                elif isinstance(message, Replied):
                     self.replied = True
                     return None  # the reply is written: what is left is the process's own teardown
-                elif line in Stage._value2member_map_:
-                    stage = Stage(line)
+                elif isinstance(message, Entered):
+                    stage = message.stage
                     self.stages.append(stage)
                     if on_stage is not None:
                         on_stage(stage)
@@ -323,8 +347,8 @@ class WorkerProcess:
                             clock.switch(phase)
                         current = limit(phase)
                         deadline = time.monotonic() + current.seconds
-                elif on_line is not None:
-                    on_line(line)
+                elif on_message is not None:
+                    on_message(message)
             if gone:
                 return None
             if time.monotonic() > deadline:
@@ -340,23 +364,23 @@ class WorkerProcess:
                          stage=self.stages[-1] if self.stages else None, log=self.log(),
                          wall_s=time.monotonic() - self.started, limit=exceeded)
 
-
-def run_worker(job_fields: dict, *, env: dict[str, str], timeout_s: float,
-               on_stage: Callable[[Stage], None] | None = None, on_output: Callable[[str], None] | None = None,
-               answer: Callable[[str], Mapping] | None = None, root: Path | None = None,
-               registry: WorkerSet | None = None,
-               hold: Callable[[int], AbstractContextManager] | None = None) -> WorkerRun:
-    """Run one job to its end or its time limit; never raises for what the job does. ``hold``
-    is entered with the worker's process group id for as long as it runs."""
-    worker = WorkerProcess(job_fields, env=env, root=root)
-    if registry is not None:
-        registry.add(worker)
-    try:
-        with hold(worker.pid) if hold is not None else contextlib.nullcontext():
-            exceeded = worker.follow(limit=lambda _: Limit(timeout_s, f"{timeout_s:g} s"), answer=answer,
-                                     on_stage=on_stage, on_output=on_output)
-        return worker.result(exceeded)
-    finally:
-        worker.remove()
+    @classmethod
+    def run(cls, job_fields: dict, *, env: dict[str, str], timeout_s: float,
+            on_stage: Callable[[Stage], None] | None = None, on_output: Callable[[str], None] | None = None,
+            on_message: Callable[[Message], None] | None = None, answer: Callable[[str], Message] | None = None,
+            root: Path | None = None, registry: WorkerSet | None = None,
+            hold: Callable[[int], AbstractContextManager] | None = None) -> WorkerRun:
+        """Run one job to its end or its time limit; never raises for what the job does. ``hold``
+        is entered with the worker's process group id for as long as it runs."""
+        worker = cls(job_fields, env=env, root=root)
         if registry is not None:
-            registry.discard(worker)
+            registry.add(worker)
+        try:
+            with hold(worker.pid) if hold is not None else contextlib.nullcontext():
+                exceeded = worker.follow(limit=lambda _: Limit(timeout_s, f"{timeout_s:g} s"), answer=answer,
+                                         on_stage=on_stage, on_output=on_output, on_message=on_message)
+            return worker.result(exceeded)
+        finally:
+            worker.remove()
+            if registry is not None:
+                registry.discard(worker)

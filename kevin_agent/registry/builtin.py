@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .hookspecs import hookimpl
 
 
 def _scripted(config, *, skip: int = 0):
-    from .backends.scripted import ScriptedBackend
+    from ..backends.scripted import ScriptedBackend
 
     if config.responses is None:
         raise ConfigError("--backend scripted needs --responses PATH",
@@ -17,13 +17,13 @@ def _scripted(config, *, skip: int = 0):
 
 
 def _openai(config):
-    from .backends.openai import OpenAIBackend
+    from ..backends.openai import OpenAIBackend
 
     return OpenAIBackend(config)
 
 
 def _vllm(config):
-    from .backends.vllm import VLLMBackend
+    from ..backends.vllm import VLLMBackend
 
     return VLLMBackend(config)
 
@@ -36,13 +36,13 @@ def register_backends(register):
 
 
 def _independent(config):
-    from .engine.search import IndependentSearch
+    from ..engine.search import IndependentSearch
 
     return IndependentSearch()
 
 
 def _beam(config):
-    from .engine.search import BeamSearch, default_beam_width
+    from ..engine.search import BeamSearch, default_beam_width
 
     width = config.beam_width or default_beam_width(config.trajectories)
     if width > config.trajectories:
@@ -60,7 +60,7 @@ def register_searches(register):
 @hookimpl
 def register_devices(register):
     def local(task, settings):
-        from .evaluate import LocalEvaluator
+        from ..evaluate import LocalEvaluator
 
         return LocalEvaluator(task, settings)
 
@@ -70,7 +70,7 @@ def register_devices(register):
 
 @hookimpl
 def register_checks(register):
-    from .checks import RULES, run_checks
+    from ..checks import RULES, run_checks
 
     register("kevin-opt", "the built-in rules: " + ", ".join(RULES),
              lambda tree, source, device: run_checks(source, device).violations)
