@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from .confirmation import BestKernel, Confirmation
+from .device import DeviceFacts
 
 
 class TaskRef(BaseModel):
@@ -21,10 +22,12 @@ class RunInfo(BaseModel):
     created_at: str
     updated_at: str = ""
     status: str = "running"
-    """running | completed | target_reached | stopped | interrupted | failed"""
+    """running | completed | target_reached | roofline_reached | stopped | interrupted | failed"""
     task: TaskRef
     device: str
     device_name: str = ""
+    device_facts: DeviceFacts | None = None
+    """What the GPU's driver says about it (NVML), and so the peaks it implies (None off NVIDIA GPUs)."""
     backend: str
     model: str
     turns: int
