@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..results import (Confirmation, Confirmed, ConfirmedSpeedup, RunInfo, TurnRecord, best_record,
+from ..results import (Confirmation, Confirmed, ConfirmedSpeedup, Roofline, RunInfo, TurnRecord, best_record,
                       implausible_flag)
 
 
@@ -96,6 +96,13 @@ class Winner:
     @property
     def headline(self) -> ConfirmedSpeedup | None:
         return self.confirmed.headline() if self.confirmed is not None else None
+
+    @property
+    def roofline(self) -> Roofline | None:
+        """The kernel's roofline, with the fractions of its confirmed medians where it was confirmed."""
+        if self.confirmed is not None and self.confirmed.roofline is not None:
+            return self.confirmed.roofline
+        return self.record.eval.roofline if self.record.eval is not None else None
 
     @property
     def flag(self) -> str | None:
