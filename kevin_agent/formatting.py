@@ -21,12 +21,14 @@ def fmt_fraction(value: float | None) -> str:
     return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
 
 
-def fmt_roofline(roof: Roofline | None, *, with_reference: bool = True) -> str | None:
+def fmt_roofline(roof: Roofline | None, *, with_reference: bool = True, named: bool = True) -> str | None:
     """A kernel's share of its roofline in words, with PyTorch's beside it: ``62% of its roofline
-    (memory-bound: 8.4 MB at 22.7 GB/s, 0.37 ms); eager 20%, torch.compile 41%``; None without one."""
+    (memory-bound: 8.4 MB at 22.7 GB/s, 0.37 ms); eager 20%, torch.compile 41%`` (under a label that
+    says roofline, not ``named``: ``62% (memory-bound: ...``); None without one."""
     if roof is None or roof.fraction is None:
         return None
-    text = f"{fmt_fraction(roof.fraction)} of its roofline ({roof.bound}-bound: {floor_words(roof)})"
+    share = fmt_fraction(roof.fraction) + (" of its roofline" if named else "")
+    text = f"{share} ({roof.bound}-bound: {floor_words(roof)})"
     if with_reference:
         others = [f"{who} {fmt_fraction(value)}" for who, value in (("eager", roof.reference_fraction),
                                                                      ("torch.compile", roof.compiled_fraction))

@@ -159,7 +159,7 @@ def cmd_check(args, registry: Registry) -> int:
         line += f": {fmt_speedup(out.speedup)} ({out.runtime_ms:.3f} ms vs {out.reference_ms:.3f} ms eager)"
     print(line)
     if result is not None and (roof := fmt_roofline(result.roofline)) is not None:
-        print(f"  roofline: {roof}")
+        print(f"  {roof}")
     if facts is not None and (peaks := facts.peaks_words()):
         print(f"  device: {facts.name}, in theory {peaks} ({facts.source})")
     if result is not None and (launched := fmt_launched(result.launched, result.speedup)) is not None:

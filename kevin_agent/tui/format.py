@@ -167,7 +167,7 @@ def timing_lines(ev: EvalResult) -> list[Content]:
 
 def roofline_line(ev: EvalResult) -> Content | None:
     """The share of its roofline the kernel reached in its turn, with eager's and torch.compile's."""
-    if (words := fmt_roofline(ev.roofline)) is None:
+    if (words := fmt_roofline(ev.roofline, named=False)) is None:
         return None
     share = fmt_fraction(ev.roofline.fraction)
     return _line("roofline", Content.assemble((share, "bold " + ROOFLINE_STYLE), words.removeprefix(share)))
