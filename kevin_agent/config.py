@@ -188,6 +188,9 @@ class RunConfig(EvalOptions, BaseSettings):
     backends run 1."""
     target_speedup: float | None = Field(None, gt=0)
     """Stop early once a verified kernel reaches this speedup."""
+    stop_at_roofline: float | None = Field(None, gt=0)
+    """Stop early once a confirmed kernel reaches this share of its roofline (e.g. 0.9): the least
+    time its bytes (and FLOPs) allow on this device, measured; little is left to win above it."""
     min_speedup: float = Field(1.0, ge=0)
     """Speedup a verified kernel must reach for the run to succeed (exit 0) and be committed."""
     search: str = "independent"

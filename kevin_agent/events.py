@@ -123,7 +123,7 @@ class ConfirmationFinished(BaseModel):
 class RunFinished(BaseModel):
     kind: Literal["run_finished"] = "run_finished"
     run_id: str
-    reason: Literal["completed", "target_reached", "stopped", "interrupted", "failed"]
+    reason: Literal["completed", "target_reached", "roofline_reached", "stopped", "interrupted", "failed"]
     best: BestKernel | None
     turns_done: int
 

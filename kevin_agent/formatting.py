@@ -2,14 +2,80 @@
 
 from __future__ import annotations
 
-from .results import (BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, LaunchedTiming, MemoryUse, TimingStats,
-                      TurnRecord, implausible_flag)
+from .results import (BestKernel, Confirmed, ConfirmedSpeedup, EvalResult, LaunchedTiming, MemoryUse, Roofline,
+                      TimingStats, TurnRecord, implausible_flag)
+from .results.ncu import NcuProfile
 
 STAGE_ORDER = ("generation", "queue", "compile", "load", "correctness", "timing")
 
 
 def fmt_speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def fmt_fraction(value: float | None) -> str:
+    """A share of the roofline as a percentage: ``93%``, ``4.2%``, ``0.31%``."""
+    if value is None:
+        return "-"
+    pct = 100 * value
+    return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
+
+
+def fmt_roofline(roof: Roofline | None, *, with_reference: bool = True, named: bool = True) -> str | None:
+    """A kernel's share of its roofline in words, with PyTorch's beside it: ``62% of its roofline
+    (memory-bound: 8.4 MB at 22.7 GB/s, 0.37 ms); eager 20%, torch.compile 41%`` (under a label that
+    says roofline, not ``named``: ``62% (memory-bound: ...``); None without one."""
+    if roof is None or roof.fraction is None:
+        return None
+    share = fmt_fraction(roof.fraction) + (" of its roofline" if named else "")
+    text = f"{share} ({roof.bound}-bound: {floor_words(roof)})"
+    if with_reference:
+        others = [f"{who} {fmt_fraction(value)}" for who, value in (("eager", roof.reference_fraction),
+                                                                     ("torch.compile", roof.compiled_fraction))
+                  if value is not None]
+        text += f"; {', '.join(others)}" if others else ""
+    return text
+
+
+def floor_words(roof: Roofline) -> str:
+    """What the roofline's floor is made of: the bytes at the bandwidth, and the FLOPs at the FLOP
+    rate where they were counted, then the floor itself."""
+    parts = [f"{roof.bytes / 1e6:.3g} MB at {roof.bandwidth_gb_s:.3g} GB/s {roof.bandwidth_source}"]
+    if roof.flops and roof.flop_rate_tflop_s:
+        parts.append(f"{roof.flops:.3g} FLOPs at {roof.flop_rate_tflop_s:.3g} TFLOP/s {roof.dtype}")
+    return ", ".join(parts) + f", {fmt_ms_value(roof.floor_ms)}"
+
+
+def fmt_ms_value(ms: float) -> str:
+    """A time in ms for people, in µs below 0.1 ms."""
+    return f"{ms * 1000:.3g} µs" if ms < 0.1 else f"{ms:.3g} ms"
+
+
+def ncu_lines(profile: NcuProfile) -> list[str]:
+    """What Nsight Compute found, a few lines per kernel: its time, its DRAM and SM throughput as
+    shares of their peaks, achieved occupancy, registers, shared memory, the top warp stalls."""
+    lines = [f"Nsight Compute, trajectory {profile.trajectory} turn {profile.turn}"
+             + (f" on {profile.device_name}" if profile.device_name else "")
+             + f" (full report: {profile.report_path}, open it with ncu-ui):"]
+    for k in profile.kernels:
+        def pct(value: float | None) -> str:
+            return "-" if value is None else f"{value:.0f}%"
+
+        head = f"  {k.name}" + (f" x{k.launches}" if k.launches > 1 else "")
+        if k.duration_us is not None:
+            head += f": {k.duration_us:.3g} µs"
+        shared = [f"{n} B {what}" for n, what in ((k.shared_static_bytes, "static"), (k.shared_dynamic_bytes, "dynamic"))
+                  if n is not None]
+        lines.append(head)
+        lines.append(f"    DRAM {pct(k.dram_pct)} of peak, SM {pct(k.sm_pct)} of peak, achieved occupancy "
+                     f"{pct(k.occupancy_pct)}; "
+                     + (f"{k.registers_per_thread} registers/thread" if k.registers_per_thread is not None
+                        else "registers -")
+                     + (f", shared memory {' + '.join(shared)} per block" if shared else "")
+                     + (f"; block {k.block_size}, grid {k.grid_size}" if k.block_size else ""))
+        if k.stalls:
+            lines.append("    warps stalled most on: " + ", ".join(f"{s.reason} ({s.value:.3g})" for s in k.stalls))
+    return lines
 
 
 def fmt_confirmed(headline: ConfirmedSpeedup) -> str:
@@ -30,6 +96,8 @@ def confirmed_line(kernel: Confirmed) -> str:
         line += f", {fmt_speedup(headline.speedup_vs_compile_median)} vs torch.compile"
     if kernel.run_speedup is not None:
         line += f"; its turn measured {fmt_speedup(kernel.run_speedup)}"
+    if kernel.roofline is not None and kernel.roofline.fraction is not None:
+        line += f"; {fmt_fraction(kernel.roofline.fraction)} of its roofline"
     if kernel.implausible:
         line += f"  FLAGGED: {implausible_flag(kernel.flags)}"
     return line
@@ -43,6 +111,8 @@ def second_look(kernel: Confirmed) -> str:
         first = next((line.strip() for line in kernel.error.splitlines() if line.strip()), "not confirmed")
         return f"dropped on a second look: {cut_words(first, 160)}"
     text = f"confirmed {fmt_confirmed(headline)} head to head"
+    if kernel.roofline is not None and kernel.roofline.fraction is not None:
+        text += f", {fmt_fraction(kernel.roofline.fraction)} of its roofline"
     return text + (f"  FLAGGED: {implausible_flag(kernel.flags)}" if kernel.implausible else "")
 
 

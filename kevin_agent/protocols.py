@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from .events import Event
 from .results import Confirmation, EvalResult, RunInfo, Stage, TurnRecord
+from .results.device import DeviceFacts
 from .task import TaskProbe
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
@@ -123,6 +124,8 @@ class Evaluator(Protocol):
 
     device: str
     device_name: str
+    device_facts: DeviceFacts | None
+    """What the GPU's driver says about it (None off NVIDIA GPUs): the peaks shown beside the measured ones."""
 
     def probe(self) -> TaskProbe:
         """Build the task once and make (or find) its reference data; the task's shapes for the

@@ -141,3 +141,20 @@ def test_the_stages_benchmark_names_what_was_live_and_cached_at_a_workers_peak(t
     assert peak["worker"] == "run-1" and peak["peak_reserved_gib"] == 19.0 and peak["live_at_peak_gib"] == 6.0
     assert peak["live_by_line"] == [{"line": "evaluate/worker/trials.py:10 draw", "gib": 6.0}]
     assert peak["cached_by_line"] == [{"line": "evaluate/worker/trials.py:20 poison", "gib": 12.0}]
+
+
+@pytest.mark.slow
+def test_roofline_benchmark_runs_on_the_cpu_and_writes_its_progress_as_it_goes(tmp_path):
+    out = tmp_path / "roofline"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "roofline.py"), "--device", "cpu", "--tasks",
+                           "rmsnorm", "--rounds", "20", "--workers", "1", "--ncu", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| task | bound | floor | kernel, its turn | kernel, confirmed | eager | torch.compile |" in proc.stdout
+    (row,) = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert row["task"] == "rmsnorm" and row["bound"] == "memory" and row["verified"]
+    assert row["turn_fraction"] > 0 and row["confirmed_fraction"] > 0 and row["eager_fraction"] > 0
+    log = (out / "progress.log").read_text()
+    assert "relu_6gb: left out on the cpu device" in log and "rmsnorm: its turn reached" in log
+    # Nsight Compute cannot run here; the benchmark says why and finishes.
+    assert "ncu: not run: the cpu device: Nsight Compute profiles CUDA kernels" in (out / "roofline.md").read_text()

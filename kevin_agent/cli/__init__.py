@@ -48,6 +48,7 @@ def _bounded(convert, noun: str, ok, bound: str):
 
 _positive_int = _bounded(int, "a whole number", lambda v: v >= 1, "must be at least 1")
 _nonneg_float = _bounded(float, "a number", lambda v: v >= 0, "must not be negative")
+_positive_float = _bounded(float, "a number", lambda v: v > 0, "must be more than 0")
 
 
 def _flag(group, setting: str, *names: str, help: str | None = None, **kw) -> None:
@@ -71,6 +72,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
         _flag(g, "search")
         _flag(g, "beam_width", type=_positive_int, metavar="K")
     _flag(g, "target_speedup", type=_nonneg_float, metavar="X")
+    _flag(g, "stop_at_roofline", type=_positive_float, metavar="F")
     _flag(g, "min_speedup", type=_nonneg_float, metavar="X")
     m = p.add_argument_group("model")
     if not resume:
@@ -169,6 +171,9 @@ def build_parser(registry) -> argparse.ArgumentParser:
     show.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
     show.add_argument("--prompt", action="store_true", help="also print the prompt")
     show.add_argument("--response", action="store_true", help="also print the full response")
+    show.add_argument("--ncu", action="store_true",
+                      help="profile the turn's kernel with Nsight Compute (needs --turn, an NVIDIA GPU and ncu); "
+                           "the full report is kept in the run directory")
     add_model_parsers(sub, _flag, _positive_int, _nonneg_float)
     return parser
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,8 @@ from ..config import RunConfig, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
 from ..results.winner import best_of_run, confirmed_turns
-from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
-                         fmt_speedup, marked_speedup, second_look, stage_times)
+from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
+                         fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
 from ..registry import Registry
 from ..results import Status
@@ -126,9 +127,10 @@ def cmd_check(args, registry: Registry) -> int:
     source = read_candidate(args.candidate)
     device = resolve_device(config)
     check = registry.check(source, device)
-    result = None
+    result, facts = None, None
     if check.passed:
         evaluator = registry.make_evaluator(task, config.eval_settings(device))
+        facts = evaluator.device_facts
         try:
             result = probe_and_evaluate(evaluator, task, source)
         finally:
@@ -140,11 +142,15 @@ def cmd_check(args, registry: Registry) -> int:
             reasons.append(result.error)
         reasons.extend(result.flags)
     out = CheckRecord.of(status.value, result, reasons, tolerance=config.tolerance,
-                         reference_tf32=config.reference_tf32)
+                         reference_tf32=config.reference_tf32, device_facts=facts)
     line = f"{status.value}"
     if out.correct:
         line += f": {fmt_speedup(out.speedup)} ({out.runtime_ms:.3f} ms vs {out.reference_ms:.3f} ms eager)"
     print(line)
+    if result is not None and (roof := fmt_roofline(result.roofline)) is not None:
+        print(f"  {roof}")
+    if facts is not None and (peaks := facts.peaks_words()):
+        print(f"  device: {facts.name}, in theory {peaks} ({facts.source})")
     if result is not None and (launched := fmt_launched(result.launched, result.speedup)) is not None:
         print(f"  {launched}")
     if result is not None and (at_signatures := fmt_signatures(result)) is not None:
@@ -187,12 +193,16 @@ def cmd_history(args, registry: Registry) -> int:
 
 
 def cmd_show(args) -> int:
+    if args.ncu and args.turn is None:
+        raise UsageError("--ncu profiles one turn's kernel", "name it with --turn N (and --trajectory T)")
     root = args.run_dir or default_runs_root()
     store = RunStore.open(root, args.run_id)
     info, records = store.info, store.records()
     if args.turn is None:
         print(f"run {info.run_id}  {effective_status(info, store.dir)}")
         print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
+        if info.device_facts is not None and (peaks := info.device_facts.peaks_words()):
+            print(f"device in theory: {peaks} ({info.device_facts.source})")
         search = info.config.get("search", "independent")
         print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns, {search} search")
         confirmed = confirmed_turns(info, records)
@@ -220,12 +230,20 @@ def cmd_show(args) -> int:
         have = ", ".join(f"t{r.trajectory}/{r.turn}" for r in records) or "none"
         raise UsageError(f"run {info.run_id} has no turn {args.turn} in trajectory {args.trajectory}",
                          f"finished turns: {have}")
+    if args.ncu:
+        from ..run.nsight import profile_turn
+
+        print(f"profiling trajectory {rec.trajectory} turn {rec.turn} with Nsight Compute ...", file=sys.stderr)
+        print("\n".join(ncu_lines(profile_turn(store.dir, rec.trajectory, rec.turn))))
+        return ExitCode.OK
     print(f"run {info.run_id}  trajectory {rec.trajectory}  turn {rec.turn}  status {rec.status.value}")
     if (prev := rec.previous()) is not None and prev[0] != rec.trajectory:
         print(f"continued trajectory {prev[0]} after its turn {prev[1]}")
     second = confirmed_turns(info, records).get((rec.trajectory, rec.turn))
     if rec.speedup is not None:
         print(f"speedup {fmt_speedup(rec.speedup)} (this turn's own measurement)")
+        if rec.eval is not None and (roof := fmt_roofline(rec.eval.roofline)) is not None:
+            print(roof)
     if second is not None:
         print(second_look(second))
     if times := stage_times(rec):

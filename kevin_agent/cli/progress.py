@@ -16,6 +16,7 @@ from ..formatting import (
     confirmed_line,
     cut_words,
     fmt_clock,
+    fmt_fraction,
     fmt_seconds,
     fmt_speedup,
     marked_speedup,
@@ -37,6 +38,8 @@ def turn_line(rec: TurnRecord) -> str:
         if rec.eval.speedup_vs_compile is not None:
             line += f", {fmt_speedup(rec.eval.speedup_vs_compile)} vs torch.compile"
         line += ")"
+        if rec.eval.roofline is not None and rec.eval.roofline.fraction is not None:
+            line += f"  roofline {fmt_fraction(rec.eval.roofline.fraction)}"
         if rec.eval.flags:
             line += "  FLAGGED: " + "; ".join(rec.eval.flags)
         return line

@@ -8,10 +8,11 @@ generation; each turn is recorded as soon as its own evaluation ends. Which hist
 turn's slots continue is the search's choice (``search.py``). Ending a run early is an
 exception carrying its reason; run state is saved in ``finally``.
 
-When the turns end (completed, or stopped by the person), and before ``--target-speedup`` ends a
-run, the best distinct kernels are confirmed (``confirm``, see ``results.winner``): the winner and
-its numbers come from that. The target ends the run only when the confirmed winner still meets
-it and is not flagged; an interrupted run is not confirmed (it is confirmed when resumed).
+When the turns end (completed, or stopped by the person), and before ``--target-speedup`` or
+``--stop-at-roofline`` ends a run, the best distinct kernels are confirmed (``confirm``, see
+``results.winner``): the winner and its numbers come from that. Either ends the run only when the
+confirmed winner still meets it and is not flagged (``stopping.py``); an interrupted run is not
+confirmed (it is confirmed when resumed).
 
 Steering, from any thread: ``request_stop`` ends the run after the current turn;
 ``cancel_generation`` cancels the generation in flight (those turns are recorded as cancelled,
@@ -40,6 +41,7 @@ from .parsing import parse_response
 from .prompting import Attempt, RenderedPrompt, render_prompt
 from ..protocols import Backend, Evaluator, EventSink, Generation, ReportsEachAnswer, Search, Slot
 from ..results import BestKernel, CheckResult, Confirmation, EvalResult, Status, TurnRecord
+from . import stopping
 from .search import IndependentSearch, lineage
 from ..store import RunStore, now_iso
 from ..task import Task
@@ -261,13 +263,11 @@ class Engine:
         return slots
 
     def _check_target(self) -> None:
-        """End the run once the confirmed winner meets the target and is not flagged; a turn that
-        reaches it starts a confirmation first."""
-        target = self.config.target_speedup
-        if target is None:
+        """End the run once the confirmed winner meets what it stops at (``stopping``) and is not
+        flagged; a turn that reaches it starts a confirmation first."""
+        if not stopping.asked(self.config):
             return
-        reaching = {(r.trajectory, r.turn) for r in self.records
-                    if r.correct and r.speedup is not None and r.speedup >= target and not r.eval.implausible}
+        reaching = stopping.reaching(self.config, self.records)
         stored = self.store.info.confirmation
         # A turn has its second look once: turns that come after and do not reach the target
         # themselves do not start another confirmation.
@@ -277,16 +277,15 @@ class Engine:
             confirmation = self.confirm()
             self._raise_if_aborted()
         best = winner(self.store.info, self.records)
-        if best is not None and best.confirmed is not None and best.flag is None and best.speedup >= target:
-            raise StopRun("target_reached")
+        if (end := stopping.ending(self.config, best)) is not None:
+            reason, words = end
+            if reason != "target_reached":
+                self.sink.emit(ev.Notice(message=f"{words}; the run ends"))
+            raise StopRun(reason)
         judged = best is None or best.confirmed is not None  # else the confirmation is of other kernels
         if reaching and confirmation is not None and judged and confirmation.key != self._judged:
             self._judged = confirmation.key
-            why = ("no kernel survived it" if best is None else
-                   f"the winner is flagged ({best.flag})" if best.flag is not None else
-                   f"the winner confirmed at {best.speedup:.2f}x")
-            self.sink.emit(ev.Notice(message=f"--target-speedup {target:g}x was reached by a turn, but on a "
-                                             f"second look {why}; the run goes on"))
+            self.sink.emit(ev.Notice(message=stopping.not_ended(self.config, best)))
 
     def step(self, turn: int, slots: list[Slot]) -> None:
         """One turn of the given slots, each candidate evaluated as soon as its answer is in."""

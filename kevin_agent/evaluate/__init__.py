@@ -12,6 +12,7 @@ Laid out by the process a line runs in:
   what other kinds of worker measure with.
 
 Beside them, what both sides read: ``jobs`` (the evaluation's kind of worker and its messages),
+``ncu`` (the Nsight Compute target's job),
 ``reference`` (the reference data's metadata and the stage limits), ``memory`` and
 ``plausibility`` (rules on numbers), ``rounds`` (the statistics of timed rounds, and a
 confirmation's workers pooled).
@@ -26,5 +27,6 @@ from ..config import EvalSettings
 from .parent.builds import compile_in
 from .parent.evaluator import LocalEvaluator
 from .parent.machine import detect_device
+from .parent.nsight import profile_kernel
 
-__all__ = ["EvalSettings", "LocalEvaluator", "compile_in", "detect_device"]
+__all__ = ["EvalSettings", "LocalEvaluator", "compile_in", "detect_device", "profile_kernel"]

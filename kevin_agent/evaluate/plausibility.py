@@ -24,11 +24,17 @@ What is not counted, so that the floor stays a true lower bound: parameters and 
 may fold constant weights once, at construction), and the reference's own FLOP count (two linear
 layers fold into one, a sum over a matmul's outputs into a matrix-vector product, so the reference's
 arithmetic is no floor for the candidate's). The worker therefore passes bytes only.
+
+The **roofline** (``roofline``, ``reached``) is the same floor for people: no headroom, and the
+reference's FLOPs counted (``torch.utils.flop_counter``) at the FLOP rate measured for the task's
+dtype, so that a matmul is held to the arithmetic it does. A time's fraction of it says how much
+of the device's speed a kernel (or PyTorch) reaches; it flags nothing and ends a run only where
+``--stop-at-roofline`` asks.
 """
 
 from __future__ import annotations
 
-from ..results import RuntimeFloor
+from ..results import Roofline, RuntimeFloor
 
 BANDWIDTH_HEADROOM = {"cuda": 1.25, "cpu": 4.0}
 """Per device: how much faster than the measured copy bandwidth a kernel may stream its bytes."""
@@ -62,3 +68,29 @@ def implausibility(runtime_ms: float, floor: RuntimeFloor) -> str | None:
         work += f", {floor.flops:.3g} FLOPs at {floor.flop_rate_tflop_s:.1f} TFLOP/s"
     return (f"implausible runtime {runtime_ms:.4g} ms: below the physical floor of {floor.floor_ms:.4g} ms "
             f"({work}); a measuring error or a trick: verify the kernel by hand")
+
+
+def roofline(nbytes: int, bandwidth_bytes_per_ms: float, *, bandwidth_source: str = "measured",
+             flops: float | None = None, flops_per_ms: float | None = None, dtype: str = "") -> Roofline:
+    """The least one call can take at the device's measured speeds, without headroom, and which of
+    its bytes and its FLOPs sets it (fractions not filled in: ``reached``)."""
+    memory_ms = nbytes / bandwidth_bytes_per_ms if bandwidth_bytes_per_ms > 0 else 0.0
+    compute_ms = flops / flops_per_ms if flops and flops_per_ms else 0.0
+    return Roofline(bytes=int(nbytes), bandwidth_gb_s=bandwidth_bytes_per_ms / 1e6, bandwidth_source=bandwidth_source,
+                    flops=flops, flop_rate_tflop_s=flops_per_ms / 1e9 if flops_per_ms else None, dtype=dtype,
+                    floor_ms=max(memory_ms, compute_ms), bound="compute" if compute_ms > memory_ms else "memory")
+
+
+def fraction(roof: Roofline, median_ms: float | None) -> float | None:
+    """The roofline's floor over a median time (None without a time or a floor)."""
+    if median_ms is None or median_ms <= 0 or roof.floor_ms <= 0:
+        return None
+    return roof.floor_ms / median_ms
+
+
+def reached(roof: Roofline, kernel_ms: float | None, reference_ms: float | None = None,
+            compiled_ms: float | None = None) -> Roofline:
+    """``roof`` with the fractions of the kernel's, the eager reference's and ``torch.compile``'s medians."""
+    return roof.model_copy(update={"fraction": fraction(roof, kernel_ms),
+                                   "reference_fraction": fraction(roof, reference_ms),
+                                   "compiled_fraction": fraction(roof, compiled_ms)})

@@ -33,7 +33,7 @@ from ..workers import Limit
 from .toolchain import cache
 from .memory import Footprint
 
-FORMAT = 3
+FORMAT = 4
 META = "meta.json"
 OUTPUTS = "outputs.pt"
 INPUTS = "inputs.pt"
@@ -102,6 +102,14 @@ class ReferenceData(BaseModel):
     compiled: TimingStats | None = None
     compile_error: str = ""
     bandwidth_bytes_per_ms: float
+    flops: float | None = None
+    """The reference's FLOPs in one call at the headline's signature, as ``torch.utils.flop_counter``
+    counts them (matmuls, convolutions, attention; element-wise work is 0); None: not countable."""
+    flop_dtype: str = ""
+    """The dtype of the task's inputs, as the FLOP rate was measured in (``tf32`` for float32 with
+    the reference's TF32 on)."""
+    flop_rate_per_ms: float | None = None
+    """The device's FLOP rate for ``flop_dtype`` (a large matmul; measured only where ``flops`` > 0)."""
     output_bytes: int = 0
     answers_stored: bool = True
     """Whether the answers are in ``outputs.pt``; if not, each worker computes them again."""

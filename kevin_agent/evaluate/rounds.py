@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from ..results import Confirmed, LaunchedTiming, TimingStats
 from .jobs import KernelRounds
-from .plausibility import implausibility
+from .plausibility import implausibility, reached
 
 _median = statistics.median
 
@@ -77,7 +77,7 @@ def pooled(verdicts: Sequence[Confirmed], rounds: Sequence[KernelRounds | None])
     (None where it was not timed), as one verdict, for one worker as for several: verified where
     every worker verified it (else the first worker's reason for dropping it), its numbers made
     from all the workers' rounds together, the physical floor applied to that median, and each
-    worker's own median kept beside them."""
+    worker's own median kept beside them; the roofline's fractions are those of the pooled medians."""
     trials = {"trials": sum(v.trials for v in verdicts), "trials_passed": sum(v.trials_passed for v in verdicts),
               "max_abs_err": max((v.max_abs_err for v in verdicts if v.max_abs_err is not None), default=None),
               "max_rel_err": max((v.max_rel_err for v in verdicts if v.max_rel_err is not None), default=None)}
@@ -108,6 +108,10 @@ def pooled(verdicts: Sequence[Confirmed], rounds: Sequence[KernelRounds | None])
         update["launched"] = LaunchedTiming(runtime=launched_kernel, reference=launched_reference,
                                             speedup=launched_reference.median_ms / max(launched_kernel.median_ms, 1e-9))
     first = verdicts[0]
+    if first.roofline is not None:
+        compiled = update.get("compiled_reference")
+        update["roofline"] = reached(first.roofline, runtime.median_ms, update["reference"].median_ms,
+                                     compiled.median_ms if compiled is not None else None)
     if first.floor is not None:
         flag = implausibility(runtime.median_ms, first.floor)
         update.update(flags=first.flags + ([flag] if flag else []), implausible=flag is not None)

@@ -17,19 +17,33 @@ ranked, and neither is a module with nothing to save (one library call, or one a
 
 from __future__ import annotations
 
-from ..evaluate.plausibility import runtime_floor
+from ..evaluate.plausibility import fraction, roofline, runtime_floor
 from .records import ModelProfile, ModuleProfile
 
 MIN_SAVING = 0.001
 """Modules that could save less than this part of the forward are not ranked."""
 
 
+def _moved(module: ModuleProfile) -> int:
+    """Per forward: the bytes of every call's inputs and outputs."""
+    return sum(s.calls * (s.input_bytes + s.output_bytes) for s in module.signatures)
+
+
 def floor_ms(module: ModuleProfile, bandwidth_gb_s: float, device: str) -> float:
     """Per forward: the bytes of every call's inputs and outputs at the bandwidth."""
-    nbytes = sum(s.calls * (s.input_bytes + s.output_bytes) for s in module.signatures)
+    nbytes = _moved(module)
     if nbytes == 0 or bandwidth_gb_s <= 0:
         return 0.0
     return runtime_floor(nbytes, bandwidth_gb_s * 1e6, device=device).floor_ms
+
+
+def roofline_fraction(module: ModuleProfile, profile: ModelProfile) -> float | None:
+    """What the module reaches now: its roofline (its bytes at the measured bandwidth, its FLOPs at
+    the measured FLOP rate, no headroom) over its time per forward."""
+    rate = profile.flop_rate_tflop_s
+    roof = roofline(_moved(module), profile.bandwidth_gb_s * 1e6, flops=module.flops or None,
+                    flops_per_ms=rate * 1e9 if rate else None)
+    return fraction(roof, module.time_ms)
 
 
 def rank(profile: ModelProfile) -> ModelProfile:
@@ -41,6 +55,7 @@ def rank(profile: ModelProfile) -> ModelProfile:
         m.share = m.time_ms / total if total > 0 else 0.0
         m.amdahl = 1.0 / (1.0 - m.share) if m.path and m.share < 1.0 else None
         m.floor_ms = floor_ms(m, profile.bandwidth_gb_s, profile.device)
+        m.roofline = roofline_fraction(m, profile)
         if m.time_ms > 0 and not m.library:
             m.headroom = max(0.0, 1.0 - (m.floor_ms + m.library_ms) / m.time_ms)
         m.saving = m.share * m.headroom

@@ -100,6 +100,11 @@ class ModuleProfile(BaseModel):
     """Per forward, the least time its inputs and outputs take to move at the measured bandwidth."""
     headroom: float = 0.0
     """The part of its time a kernel could remove: 1 - (floor + library time) / time, at least 0."""
+    flops: float = 0.0
+    """Per forward, its FLOPs as ``torch.utils.flop_counter`` counts them (matmuls, convolutions, attention)."""
+    roofline: float | None = None
+    """What it reaches now: the least its bytes (and FLOPs) take at the measured speeds, without the
+    floor's headroom, over its time (None: nothing to measure it by)."""
     saving: float = 0.0
     """share x headroom: the part of the whole forward a kernel for it could save."""
     own_saving: float = 0.0
@@ -128,6 +133,9 @@ class ModelProfile(Record):
     """Forwards profiled."""
     bandwidth_gb_s: float
     bandwidth_source: str = "measured"
+    flop_rate_tflop_s: float | None = None
+    """The device's FLOP rate for ``flop_dtype`` (a large matmul, measured where any module does FLOPs)."""
+    flop_dtype: str = ""
     cpu_threads: int | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     wall_s: float = 0.0

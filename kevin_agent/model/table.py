@@ -6,8 +6,8 @@ from __future__ import annotations
 from ..results.records import E2EResult
 from .records import ModelProfile, ModuleProfile
 
-COLUMNS = ("#", "module", "class", "calls", "ms/fwd", "share", "amdahl", "headroom", "saves", "note")
-RIGHT = {"calls", "ms/fwd", "share", "amdahl", "headroom", "saves"}
+COLUMNS = ("#", "module", "class", "calls", "ms/fwd", "share", "amdahl", "roofline", "headroom", "saves", "note")
+RIGHT = {"calls", "ms/fwd", "share", "amdahl", "roofline", "headroom", "saves"}
 LIBRARY_WORDS = {"gemm": "library GEMM", "conv": "library conv", "attention": "library attention",
                  "rnn": "library RNN"}
 
@@ -37,6 +37,7 @@ def cells(m: ModuleProfile) -> tuple[str, ...]:
         f"{m.time_ms:.3g}" if m.time_ms < 100 else f"{m.time_ms:.0f}",
         _pct(m.share),
         "" if m.amdahl is None else f"{m.amdahl:.2f}x" if m.amdahl < 100 else ">100x",
+        "" if root or m.roofline is None else _pct(m.roofline),
         "" if root else _pct(m.headroom),
         "" if root else _pct(m.own_saving) if m.rank is not None else "-",
         note(m),
@@ -49,7 +50,7 @@ def _fit(text: str, width: int, *, keep_end: bool = False) -> str:
     return "…" + text[-(width - 1):] if keep_end else text[:width - 1] + "…"
 
 
-SHRINK = (("class", 8), ("calls", 0), ("headroom", 0), ("note", 12), ("module", 12), ("note", 4))
+SHRINK = (("class", 8), ("calls", 0), ("roofline", 0), ("headroom", 0), ("note", 12), ("module", 12), ("note", 4))
 """Columns given up first when the table is too wide, and the least each keeps (0: dropped)."""
 
 
@@ -87,8 +88,9 @@ def summary_lines(profile: ModelProfile) -> list[str]:
     return [
         f"{profile.model_file} on {profile.device} ({profile.device_name}{threads}): {profile.forward_ms:.3g} ms "
         f"per forward ({profile.profiled_forward_ms:.3g} ms under the profiler, {profile.forwards} forwards)",
-        f"bandwidth {profile.bandwidth_gb_s:.1f} GB/s {profile.bandwidth_source}; ranked by what a kernel for "
-        "the module alone could save of the forward",
+        f"bandwidth {profile.bandwidth_gb_s:.1f} GB/s {profile.bandwidth_source}"
+        + (f", {profile.flop_rate_tflop_s:.3g} TFLOP/s {profile.flop_dtype} measured" if profile.flop_rate_tflop_s else "")
+        + "; ranked by what a kernel for the module alone could save of the forward",
     ]
 
 

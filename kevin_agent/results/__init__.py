@@ -23,6 +23,7 @@ from kevin_agent.results.evaluation import (
     GraphTiming,
     LaunchedTiming,
     MemoryUse,
+    Roofline,
     RuntimeFloor,
     SignatureTiming,
     Stage,
@@ -42,7 +43,7 @@ from kevin_agent.results.turns import (
 
 __all__ = [
     "BestKernel", "CheckResult", "Confirmation", "Confirmed", "ConfirmedSpeedup", "EvalResult",
-    "GraphTiming", "LaunchedTiming", "MemoryUse", "RunInfo", "RuntimeFloor", "SignatureTiming",
+    "GraphTiming", "LaunchedTiming", "MemoryUse", "Roofline", "RunInfo", "RuntimeFloor", "SignatureTiming",
     "Stage", "StageTimes", "Status", "SyncCheck", "TaskRef", "TimingStats", "TurnRecord", "Violation",
     "best_record", "continued_from", "implausible_flag",
 ]

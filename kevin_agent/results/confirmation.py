@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .evaluation import LaunchedTiming, MemoryUse, RuntimeFloor, TimingStats
+from .evaluation import LaunchedTiming, MemoryUse, Roofline, RuntimeFloor, TimingStats
 from .turns import best_record
 
 
@@ -55,6 +55,8 @@ class Confirmed(BaseModel):
     implausible: bool = False
     """Its median time over the rounds beat the physical floor (see ``EvalResult.implausible``)."""
     floor: RuntimeFloor | None = None
+    roofline: Roofline | None = None
+    """The roofline with the fractions of the pooled medians (kernel, eager, ``torch.compile``)."""
     flags: list[str] = Field(default_factory=list)
     worker_medians: list[float] = Field(default_factory=list)
     """Each confirmation worker's own median, where several pooled their rounds into the one above

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -153,6 +154,41 @@ class RuntimeFloor(BaseModel):
     """max(bytes / bandwidth, flops / FLOP rate), with the headroom of ``evaluate/plausibility.py``."""
 
 
+class Roofline(BaseModel):
+    """How close a time is to the least the device allows for the task's work: the roofline.
+
+    Its floor is the bytes of the inputs and outputs at the measured bandwidth, or the reference's
+    FLOPs (``torch.utils.flop_counter``) at the device's measured FLOP rate for the task's dtype,
+    whichever is longer, with none of the plausibility floor's headroom. A fraction is the floor
+    over a median time: 1.0 is a call as fast as the device streams its bytes (or does its
+    arithmetic); what is left above it is what a faster kernel could still win. For people, never
+    for the model's feedback."""
+
+    bytes: int
+    """Bytes of the inputs and the outputs of one call."""
+    bandwidth_gb_s: float
+    """The bandwidth the bytes are moved at, in GB/s: a copy's (bytes read plus bytes written),
+    measured with the device to itself, or given (``bandwidth_source``)."""
+    bandwidth_source: str = "measured"
+    flops: float | None = None
+    """The reference's FLOPs in one call, as ``torch.utils.flop_counter`` counts them (matmuls,
+    convolutions, attention; element-wise work counts 0). None: not counted."""
+    flop_rate_tflop_s: float | None = None
+    """The device's FLOP rate for ``dtype``: a large matmul, measured (None where no FLOPs count)."""
+    dtype: str = ""
+    """The dtype the FLOP rate was measured in (the task's inputs')."""
+    floor_ms: float
+    """max(bytes / bandwidth, flops / FLOP rate): the least one call can take."""
+    bound: Literal["memory", "compute"]
+    """Which of the two sets the floor."""
+    fraction: float | None = None
+    """The floor over the kernel's median time (its confirmed median where it was confirmed)."""
+    reference_fraction: float | None = None
+    """The same for the eager reference, timed beside it."""
+    compiled_fraction: float | None = None
+    """The same for ``torch.compile`` of the reference (None where it was not timed)."""
+
+
 class MemoryUse(BaseModel):
     """Device memory of one evaluation, set against the task's own."""
 
@@ -251,6 +287,9 @@ class EvalResult(Correctness):
     trick. Such a kernel is never committed unasked and never ends a run by reaching a target speedup."""
     floor: RuntimeFloor | None = None
     """The least time the kernel could take (None when not computed)."""
+    roofline: Roofline | None = None
+    """How close the kernel, the eager reference and ``torch.compile`` come to the device's roofline
+    for the task (correct kernels; None in older records)."""
     sync: SyncCheck | None = None
     """cuda: the check for work that escapes the stream (None on cpu and in older records)."""
     graph: GraphTiming | None = None

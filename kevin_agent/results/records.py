@@ -16,14 +16,18 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .confirmation import Confirmed, ConfirmedSpeedup
-from .evaluation import (Correctness, EvalResult, GraphTiming, LaunchedTiming, MemoryUse, RuntimeFloor, SignatureTiming,
+from .device import DeviceFacts
+from .evaluation import (Correctness, EvalResult, GraphTiming, LaunchedTiming, MemoryUse, Roofline, RuntimeFloor,
+                         SignatureTiming,
                          StageTimes, SyncCheck, TimingStats)
 from .turns import TurnRecord
 from .versioned import Versioned, schema_field
 
-SCHEMA = 1
-"""The layout of every JSON record below (1: the first shared layout; the report's own ``format``
-3 and the summary's unnumbered fields before it map as ``docs/records.md`` says)."""
+SCHEMA = 2
+"""The layout of every JSON record below (1: the first shared layout; 2: the roofline, each turn's
+``roofline_fraction`` and ``roofline_bound``, ``roofline`` in ``best`` and ``check``, the device's
+``device_facts``; the report's own ``format`` 3 and the summary's unnumbered fields before 1 map as
+``docs/records.md`` says)."""
 
 
 class Record(Versioned):
@@ -57,6 +61,10 @@ class TurnView(BaseModel):
     """The kernel's median time in its turn."""
     reference_ms: float | None = None
     """The eager reference's median time in the same worker."""
+    roofline_fraction: float | None = None
+    """The share of the task's roofline the kernel reached in its turn (verified turns only)."""
+    roofline_bound: str | None = None
+    """``memory`` or ``compute``: which the roofline's floor is set by."""
     feedback: str = ""
     flags: list[str] = Field(default_factory=list)
     implausible: bool = False
@@ -66,11 +74,14 @@ class TurnView(BaseModel):
     @classmethod
     def of(cls, rec: TurnRecord) -> TurnView:
         ev = rec.eval
+        roof = ev.roofline if ev is not None and rec.correct else None
         return cls(trajectory=rec.trajectory, turn=rec.turn, parent_trajectory=rec.parent_trajectory,
                    parent_turn=rec.parent_turn, status=rec.status.value, speedup=rec.speedup,
                    speedup_vs_compile=ev.speedup_vs_compile if ev is not None and rec.correct else None,
                    runtime_ms=_ms(ev.runtime) if ev is not None else None,
-                   reference_ms=_ms(ev.reference) if ev is not None else None, feedback=rec.feedback,
+                   reference_ms=_ms(ev.reference) if ev is not None else None,
+                   roofline_fraction=roof.fraction if roof is not None else None,
+                   roofline_bound=roof.bound if roof is not None else None, feedback=rec.feedback,
                    flags=list(ev.flags) if ev is not None else [], implausible=bool(ev and ev.implausible),
                    kernel_path=rec.kernel_path)
 
@@ -114,6 +125,9 @@ class BestView(BaseModel):
     memory: MemoryUse | None = None
     sync_check: SyncCheck | None = None
     floor: RuntimeFloor | None = None
+    roofline: Roofline | None = None
+    """How close the kernel (its confirmed median where it was confirmed), eager PyTorch and
+    ``torch.compile`` come to the task's roofline."""
     correctness: Correctness | None = None
     flags: list[str] = Field(default_factory=list)
 
@@ -138,6 +152,7 @@ class BestView(BaseModel):
             weighted_speedup=ev.weighted_speedup if ev is not None else None,
             memory=ev.memory if ev is not None else None, sync_check=ev.sync if ev is not None else None,
             floor=evidence.floor if evidence is not None else None,
+            roofline=best.roofline,
             correctness=Correctness.of(ev) if ev is not None else None,
             flags=list(dict.fromkeys((ev.flags if ev is not None else []) + (confirmed.flags if confirmed else []))))
 
@@ -194,6 +209,9 @@ class CheckRecord(Record):
     reference_tf32: bool | None = None
     implausible: bool = False
     floor_ms: float | None = None
+    roofline: Roofline | None = None
+    device_facts: DeviceFacts | None = None
+    """What the GPU's driver says about it, and the peaks that implies (None off NVIDIA GPUs)."""
     cuda_graph: GraphTiming | None = None
     launched: LaunchedTiming | None = None
     signatures: list[SignatureTiming] = Field(default_factory=list)
@@ -208,7 +226,7 @@ class CheckRecord(Record):
 
     @classmethod
     def of(cls, status: str, result: EvalResult | None, reasons: list[str], *, tolerance: str,
-           reference_tf32: bool) -> CheckRecord:
+           reference_tf32: bool, device_facts: DeviceFacts | None = None) -> CheckRecord:
         r = result
         return cls(
             status=status, correct=bool(r and r.correct), speedup=r.speedup if r else None,
@@ -217,7 +235,8 @@ class CheckRecord(Record):
             max_rel_err=r.max_rel_err if r else None, tolerance=r.tolerance if r else tolerance,
             atol=r.atol if r else None, rtol=r.rtol if r else None,
             reference_tf32=r.reference_tf32 if r else reference_tf32, implausible=bool(r and r.implausible),
-            floor_ms=r.floor.floor_ms if r and r.floor else None, cuda_graph=r.graph if r else None,
+            floor_ms=r.floor.floor_ms if r and r.floor else None, roofline=r.roofline if r else None,
+            device_facts=device_facts, cuda_graph=r.graph if r else None,
             launched=r.launched if r else None, signatures=list(r.signatures) if r else [],
             weighted_speedup=r.weighted_speedup if r else None, sync_check=r.sync if r else None,
             memory=r.memory if r else None, memory_ratio=round(r.memory.ratio, 3) if r and r.memory else None,
@@ -256,6 +275,7 @@ class ReportRecord(Record):
     task: TaskView
     device: str
     device_name: str = ""
+    device_facts: DeviceFacts | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     backend: str
     model: str

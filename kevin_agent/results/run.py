@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from .confirmation import BestKernel, Confirmation
+from .device import DeviceFacts
 from .versioned import RUN_SCHEMA, Versioned, schema_field
 
 
@@ -23,10 +24,12 @@ class RunInfo(Versioned):
     created_at: str
     updated_at: str = ""
     status: str = "running"
-    """running | completed | target_reached | stopped | interrupted | failed"""
+    """running | completed | target_reached | roofline_reached | stopped | interrupted | failed"""
     task: TaskRef
     device: str
     device_name: str = ""
+    device_facts: DeviceFacts | None = None
+    """What the GPU's driver says about it (NVML), and so the peaks it implies (None off NVIDIA GPUs)."""
     backend: str
     model: str
     turns: int

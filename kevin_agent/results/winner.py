@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .confirmation import Confirmation, Confirmed, ConfirmedSpeedup
 from .run import RunInfo
 from .turns import TurnRecord, best_record, implausible_flag
+from .evaluation import Roofline
 
 
 def candidates(records: Sequence[TurnRecord], top: int) -> list[TurnRecord]:
@@ -97,6 +98,13 @@ class Winner:
     @property
     def headline(self) -> ConfirmedSpeedup | None:
         return self.confirmed.headline() if self.confirmed is not None else None
+
+    @property
+    def roofline(self) -> Roofline | None:
+        """The kernel's roofline, with the fractions of its confirmed medians where it was confirmed."""
+        if self.confirmed is not None and self.confirmed.roofline is not None:
+            return self.confirmed.roofline
+        return self.record.eval.roofline if self.record.eval is not None else None
 
     @property
     def flag(self) -> str | None:

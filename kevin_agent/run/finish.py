@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..engine.loop import Engine, RunOutcome
     from ..registry import Registry
 
-DELIVERED_AFTER = {"completed", "target_reached", "stopped"}
+DELIVERED_AFTER = {"completed", "target_reached", "roofline_reached", "stopped"}
 """Run endings after which the best kernel is delivered; an interrupted or failed run is resumed instead."""
 
 

@@ -141,7 +141,8 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
     info = RunInfo(
         run_id=new_run_id(task.name), created_at=now_iso(),
         task=TaskRef(path=str(task.path), name=task.name, class_name=task.class_name, digest=task.digest),
-        device=config.device, device_name=evaluator.device_name, backend=config.backend, model=backend.model,
+        device=config.device, device_name=evaluator.device_name, device_facts=evaluator.device_facts,
+        backend=config.backend, model=backend.model,
         turns=config.turns, trajectories=config.trajectories, config=config.public_dict(),
         versions={"kevin-opt": __version__, "python": platform.python_version(), **evaluator.versions()},
     )

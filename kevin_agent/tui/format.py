@@ -18,8 +18,10 @@ from textual.highlight import HighlightTheme, highlight
 
 from ..engine.parsing import THINK_CLOSE, THINK_OPEN
 from ..formatting import (
+    fmt_fraction,
     fmt_graph,
     fmt_ms,
+    fmt_roofline,
     fmt_seconds,
     fmt_speedup,
     fmt_tolerance,
@@ -65,6 +67,8 @@ LIVE_OUTPUT_LINES = 200
 CONFIRMED_MARK = "conf"
 """Written before a confirmed speedup in a turn's line: ``2.28x conf 2.63x``."""
 DROPPED_MARK = "dropped"
+ROOFLINE_STYLE = "$text-secondary"
+"""The share of its roofline a kernel reaches, after its speedup in a turn's line: ``2.28x 62%``."""
 
 
 def legend_rows() -> list[tuple[Content, Content]]:
@@ -75,6 +79,10 @@ def legend_rows() -> list[tuple[Content, Content]]:
                                   ("2.63x", "bold $text-accent")),
                  Content.styled("the turn's own speedup, then the one confirmed when the run ended (verified "
                                 "again, timed head to head): the confirmed one is the run's number", "$text-muted")))
+    rows.append((Content.assemble(("2.28x", "bold $text-success"), " ", ("62%", ROOFLINE_STYLE)),
+                 Content.styled("the share of its roofline the kernel reaches: the least time its bytes (and FLOPs) "
+                                "take at the device's measured speed, over its own (confirmed where confirmed)",
+                                "$text-muted")))
     rows.append((Content.assemble(("2.22x", "bold $text-success"), " ", (DROPPED_MARK, "bold $text-warning")),
                  Content.styled("verified in its turn, dropped on the second look when the run ended",
                                 "$text-muted")))
@@ -90,11 +98,15 @@ def turn_label(record: TurnRecord, confirmed: Confirmed | None = None) -> Conten
         if record.speedup is not None
         else Content.styled(mark.label, "$text-muted")
     )
+    roof = record.eval.roofline if record.eval is not None and record.speedup is not None else None
     if confirmed is not None and confirmed.headline() is not None:
         detail = Content.assemble(detail, " ", (CONFIRMED_MARK, "bold"), " ",
                                   (fmt_speedup(confirmed.speedup_median), "bold $text-accent"))
+        roof = confirmed.roofline or roof
     elif confirmed is not None:
         detail = Content.assemble(detail, " ", (DROPPED_MARK, "bold $text-warning"))
+    if roof is not None and roof.fraction is not None:
+        detail = Content.assemble(detail, " ", (fmt_fraction(roof.fraction), ROOFLINE_STYLE))
     return Content.assemble(mark.content(), f" turn {record.turn:<2} ", detail)
 
 
@@ -103,7 +115,7 @@ def widest_turn_label(turns: int) -> int:
     from the start, so that the panes beside it never move)."""
     number = max(len(str(turns)), 2)
     outcome = max(len(m.label) for m in MARKS.values())
-    confirmed = len(f"99.99x {CONFIRMED_MARK} 99.99x")
+    confirmed = len(f"99.99x {CONFIRMED_MARK} 99.99x 100%")
     return 2 + len(" turn ") + number + 1 + max(outcome, confirmed, len("correctness"))
 
 
@@ -155,6 +167,14 @@ def timing_lines(ev: EvalResult) -> list[Content]:
     return lines
 
 
+def roofline_line(ev: EvalResult) -> Content | None:
+    """The share of its roofline the kernel reached in its turn, with eager's and torch.compile's."""
+    if (words := fmt_roofline(ev.roofline, named=False)) is None:
+        return None
+    share = fmt_fraction(ev.roofline.fraction)
+    return _line("roofline", Content.assemble((share, "bold " + ROOFLINE_STYLE), words.removeprefix(share)))
+
+
 def stage_line(record: TurnRecord) -> Content | None:
     times = stage_times(record)
     if not times:
@@ -181,8 +201,10 @@ def confirmed_content(kernel: Confirmed) -> Content:
     low, high = headline.ci95
     return _line("confirmed", Content.assemble(
         (fmt_speedup(headline.speedup_median), "bold $text-accent"),
-        f" vs eager (95% interval {low:.2f}-{high:.2f}x, {headline.runs} rounds head to head when the run ended); "
-        "the speedup above is this turn's own measurement"))
+        f" vs eager (95% interval {low:.2f}-{high:.2f}x, {headline.runs} rounds head to head when the run ended"
+        + (f", {fmt_fraction(kernel.roofline.fraction)} of its roofline"
+           if kernel.roofline is not None and kernel.roofline.fraction is not None else "")
+        + "); the speedup above is this turn's own measurement"))
 
 
 def feedback_content(record: TurnRecord, confirmed: Confirmed | None = None) -> Content:
@@ -203,6 +225,8 @@ def feedback_content(record: TurnRecord, confirmed: Confirmed | None = None) -> 
         lines.extend(reversed(timing))  # the speedup line, then the times it comes from
         if confirmed is not None and timing:
             lines.insert(2, confirmed_content(confirmed))
+        if timing and (roof := roofline_line(ev)) is not None:
+            lines.insert(3 if confirmed is not None else 2, roof)
         if (graph := fmt_graph(ev)) is not None:
             lines.append(_line("in a CUDA graph", graph))
         if (line := correctness_line(ev)) is not None:

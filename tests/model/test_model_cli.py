@@ -14,6 +14,7 @@ import pytest
 
 from kevin_agent.model.marks import INSTALL_PREFIX, line
 from kevin_agent.model.records import InstallEnvelope, SignatureUse
+from kevin_agent.results.records import SCHEMA
 
 from ..clihelp import kevin
 from ..conftest import EXAMPLES, git_init
@@ -47,7 +48,7 @@ def test_profile_ranks_the_example_around_its_activation(repo):
     assert proc.returncode == 0, proc.stderr
     assert took < 30, f"profile took {took:.1f} s"
     data = json.loads((repo / "profile.json").read_text())
-    assert (data["schema"], data["kind"]) == (1, "profile") and data["device"] == "cpu" and data["cpu_threads"] == 1
+    assert (data["schema"], data["kind"]) == (SCHEMA, "profile") and data["device"] == "cpu" and data["cpu_threads"] == 1
     modules = {m["path"]: m for m in data["modules"]}
     ranked = [m["path"] for m in data["modules"] if m["rank"] is not None]
     assert ranked[0] == "act", ranked
@@ -58,6 +59,11 @@ def test_profile_ranks_the_example_around_its_activation(repo):
     assert act["calls"] == 1 and act["share"] > 0.2 and act["amdahl"] == pytest.approx(1 / (1 - act["share"]))
     assert 0 < act["floor_ms"] < act["time_ms"] and act["saving"] == pytest.approx(act["share"] * act["headroom"])
     assert modules[""]["time_ms"] >= sum(modules[p]["time_ms"] for p in ("norm", "up", "act", "down"))
+    # Each module's roofline: the GEMMs by their FLOPs (counted per module) at the measured matmul rate,
+    # the element-wise modules by their bytes.
+    assert modules["up"]["flops"] == 2 * 4096 * 128 * 512 and act["flops"] == 0 and data["flop_rate_tflop_s"] > 0
+    assert all(modules[p]["roofline"] > 0 for p in ("norm", "up", "act", "down"))
+    assert "roofline" in proc.stdout.splitlines()[3]
     table = proc.stdout.splitlines()
     assert any(row.split()[:3] == ["1", "act", "TanhGELU"] for row in table), proc.stdout
     assert "next: kevin-opt extract mlp_block.py --module act -o mlp_block_act.py" in proc.stdout

@@ -83,3 +83,19 @@ def test_table_fits_80_columns_and_keeps_paths_whole_first(path):
     else:  # a long one keeps its end, the part that tells modules apart
         assert "…" in top and path[-8:] in top
     assert cells(ranked.module("x"))[-1] == "library GEMM"
+
+
+def test_each_module_reaches_a_share_of_its_roofline_from_its_bytes_or_its_flops():
+    # a: 16 MiB moved at 10 GB/s, no FLOPs: 1.68 ms of its 4 ms. fc: 2 x 1024^3 FLOPs at 0.05 TFLOP/s
+    # (42.9 ms) dwarf its 8 MiB (0.84 ms): of its 50 ms, the FLOPs' share.
+    fc = module("fc", 50.0, library="gemm", library_ms=50.0, shape=(1024, 1024)).model_copy(
+        update={"flops": 2 * 1024 ** 3})
+    ranked = rank(profile(module("", 100.0, children=["a", "fc"]), module("a", 4.0, shape=(2048, 1024)), fc)
+                  .model_copy(update={"flop_rate_tflop_s": 0.05, "flop_dtype": "float32"}))
+    a, gemm = ranked.module("a"), ranked.module("fc")
+    assert a.roofline == pytest.approx(2 * 2048 * 1024 * 4 / 10e6 / 4.0)
+    assert gemm.roofline == pytest.approx(2 * 1024 ** 3 / 0.05e9 / 50.0)
+    # The column stands next to the headroom, in the table and its cells.
+    header = table_lines(ranked, width=120)[0].split()
+    assert header[header.index("roofline") + 1] == "headroom"
+    assert cells(a)[7] == f"{100 * a.roofline:.1f}%" and cells(ranked.modules[0])[7] == ""

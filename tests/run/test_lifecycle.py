@@ -30,6 +30,7 @@ from kevin_agent.errors import RunLocked
 from kevin_agent.delivery.kernel_module import read_claim
 from kevin_agent.run.launch import start_run
 from kevin_agent.registry import build_registry
+from kevin_agent.results.records import SCHEMA
 from kevin_agent.store import LOCK_FILE, RunLock, lock_owner
 from kevin_agent.store import RunStore, effective_status, list_runs
 from kevin_agent.tui import KevinApp
@@ -220,7 +221,7 @@ class Project:
         proc = kevin("history", "--json", cwd=self.root)
         assert proc.returncode == 0, proc.stderr
         data = json.loads(proc.stdout)
-        assert (data["schema"], data["kind"]) == (1, "history")
+        assert (data["schema"], data["kind"]) == (SCHEMA, "history")
         return data["runs"]
 
 

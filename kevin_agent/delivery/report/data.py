@@ -37,7 +37,8 @@ def build_report_data(info: RunInfo, records: Sequence[TurnRecord], *, e2e: E2ER
     return ReportRecord(
         run_id=info.run_id, status=info.status, created_at=info.created_at,
         task=task_view(info.task.path, info.task.name, info.task.class_name, info.task.digest),
-        device=info.device, device_name=info.device_name, versions=dict(info.versions), backend=info.backend,
+        device=info.device, device_name=info.device_name, device_facts=info.device_facts,
+        versions=dict(info.versions), backend=info.backend,
         model=info.model, turns_per_trajectory=info.turns, trajectories=info.trajectories, status_counts=counts,
         best=BestView.of(best, best.record.kernel_path) if best is not None and best.record.eval is not None else None,
         confirmation=None if confirmation is None else ConfirmationView(

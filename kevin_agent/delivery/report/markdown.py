@@ -10,6 +10,8 @@ from ...results.winner import Winner, current, winner
 from ...results.lineage import outcome, path_to, tree_lines
 from ...formatting import (
     confirmed_line,
+    floor_words,
+    fmt_fraction,
     fmt_launched,
     fmt_memory,
     fmt_signatures,
@@ -34,6 +36,8 @@ def _cell(rec: TurnRecord | None, best: TurnRecord | None) -> str:
         return "-"
     if rec.correct:
         text = f"{rec.speedup:.2f}x" if rec.speedup is not None else "correct"
+        if rec.eval is not None and rec.eval.roofline is not None and rec.eval.roofline.fraction is not None:
+            text += f", {fmt_fraction(rec.eval.roofline.fraction)} of roofline"
         return f"**{text}** (best)" if rec is best else text
     return rec.status.label
 
@@ -116,6 +120,21 @@ def _timing_notes(ev: EvalResult) -> list[str]:
     return lines + ([""] if len(lines) > 2 else [])
 
 
+def _roofline_lines(best: Winner) -> list[str]:
+    """How close the kernel, eager PyTorch and torch.compile come to the device's roofline."""
+    roof = best.roofline
+    if roof is None or roof.fraction is None:
+        return []
+    whose = "its confirmed median" if best.confirmed is not None and best.confirmed.roofline is not None else "its time"
+    pytorch = [f"eager PyTorch {fmt_fraction(roof.reference_fraction)}"] if roof.reference_fraction is not None else []
+    pytorch += [f"`torch.compile` {fmt_fraction(roof.compiled_fraction)}"] if roof.compiled_fraction is not None else []
+    return [f"Roofline: the kernel reaches **{fmt_fraction(roof.fraction)}** of it ({whose}), "
+            + (f"{' and '.join(pytorch)}. " if pytorch else "")
+            + f"The task is {roof.bound}-bound: its floor is {floor_words(roof)}, the least one call takes at the "
+            "device's measured speed (its inputs read and its outputs written once"
+            + (", the reference's FLOPs done once" if roof.flops else "") + ").", ""]
+
+
 def _best_section(best: Winner) -> list[str]:
     ev, confirmed = best.record.eval, best.confirmed
     assert ev is not None  # a correct turn always carries its evaluation
@@ -151,6 +170,7 @@ def _best_section(best: Winner) -> list[str]:
         *_launched_rows(times.launched, best.speedup),
         "",
         *_signature_lines(ev),
+        *_roofline_lines(best),
         *_timing_notes(ev),
         "### Correctness evidence",
         "",
@@ -229,7 +249,9 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         "| | |",
         "| --- | --- |",
         f"| task | `{Path(task.path).name}` (class `{task.class_name}`, sha256 {task.digest}) |",
-        f"| device | {info.device}" + (f" ({info.device_name})" if info.device_name else "") + " |",
+        f"| device | {info.device}" + (f" ({info.device_name})" if info.device_name else "")
+        + (f"; in theory {peaks} ({info.device_facts.source})"
+           if info.device_facts is not None and (peaks := info.device_facts.peaks_words()) else "") + " |",
         f"| backend / model | {info.backend} / `{info.model}` |",
         f"| run | `{info.run_id}` ({info.status}, {len(records)} turns evaluated, "
         f"{info.trajectories} {'trajectory' if info.trajectories == 1 else 'trajectories'} x {info.turns} turns) |",
@@ -261,8 +283,8 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
     if confirmation is not None:
         lines += [*_confirmation_section(confirmation), ""]
 
-    lines += ["## Turns", "", "Speedup vs eager PyTorch for correct turns (each turn's own measurement), otherwise "
-              "how the turn failed.", ""]
+    lines += ["## Turns", "", "Speedup vs eager PyTorch for correct turns (each turn's own measurement) and the "
+              "share of the roofline it reached, otherwise how the turn failed.", ""]
     lines += _turn_table(records, best.record if best else None) if records else ["No turns were evaluated."]
     lines.append("")
     if chart_name:

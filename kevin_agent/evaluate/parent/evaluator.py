@@ -46,7 +46,7 @@ from ...workers import Go, Limit, Message, StageClock, WorkerProcess, WorkerRun,
 from ..jobs import INTERRUPTED, Assignment, EvalWorker
 from .logs import tail
 from ..memory import Footprint
-from .machine import default_eval_workers, gpu_free_bytes, host_device_name
+from .machine import default_eval_workers, device_facts, gpu_free_bytes, host_device_name
 from .probe import probe_task
 from .warm import Need, WarmPool, WorkerFailed
 
@@ -58,6 +58,7 @@ class LocalEvaluator:
         self.settings = settings
         self.device = settings.device
         self.device_name = host_device_name(self.device, settings.visible_devices)
+        self.device_facts = device_facts(settings.visible_devices) if self.device == "cuda" else None
         self._host_device = self.device_name
         """The name the reference data is keyed by (the probe may refine ``device_name``)."""
         self._worker_versions: dict[str, str] = {}

@@ -12,6 +12,7 @@ from .correctness import Mismatch, Outcome, compare, leaves, same_values
 from .placements import Placements
 from .taskcode import describe, import_file, to_device
 from .timing import Timer
+from .trials import FLOP_DTYPES, flop_dtype
 
-__all__ = ["Mismatch", "Outcome", "Placements", "Timer", "compare", "describe", "device_name", "import_file", "leaves",
+__all__ = ["FLOP_DTYPES", "Mismatch", "Outcome", "Placements", "Timer", "compare", "describe", "device_name", "flop_dtype", "import_file", "leaves",
            "same_values", "to_device", "versions"]

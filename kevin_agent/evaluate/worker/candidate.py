@@ -13,8 +13,8 @@ from collections.abc import Callable
 import torch
 
 from ...config import EvalSettings
-from ...results import (EvalResult, GraphTiming, LaunchedTiming, RuntimeFloor, SignatureTiming, Stage, Status,
-                       SyncCheck)
+from ...results import (EvalResult, GraphTiming, LaunchedTiming, Roofline, RuntimeFloor, SignatureTiming, Stage,
+                       Status, SyncCheck)
 from ..toolchain.cache import cpu_name
 from . import meter
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
@@ -23,7 +23,7 @@ from .graphs import GRAPH_MAX_OUTPUT_BYTES, graph_column
 from ..memory import graph_output_budget, timing_placements
 from .guards import Integrity, audit_ops
 from ..jobs import Job, WorkerReply
-from ..plausibility import bandwidth, implausibility, runtime_floor
+from ..plausibility import bandwidth, implausibility, reached, roofline, runtime_floor
 from ..reference import MAX_SIGNATURES, TIMED_SIGNATURES, signature_rounds, signature_set
 from .taskcode import TaskProblem, call_factory, describe, import_file
 from .runs import Runs, hidden_work, hidden_work_refusal, speedup_of
@@ -254,6 +254,15 @@ def physical_floor(settings: EvalSettings, trials: Trials, moved_bytes: int) -> 
                          bandwidth_source="measured" if settings.bandwidth_gb_s is None else "given")
 
 
+def roofline_of(settings: EvalSettings, trials: Trials, moved_bytes: int) -> Roofline:
+    """The task's roofline for a call that reads and writes ``moved_bytes`` (no fractions yet): the
+    bandwidth as the physical floor takes it, the reference's FLOPs at the measured FLOP rate."""
+    meta = trials.meta
+    return roofline(moved_bytes, bandwidth(meta.bandwidth_bytes_per_ms, settings.bandwidth_gb_s),
+                    bandwidth_source="measured" if settings.bandwidth_gb_s is None else "given",
+                    flops=meta.flops, flops_per_ms=meta.flop_rate_per_ms, dtype=meta.flop_dtype)
+
+
 def signature_columns(settings: EvalSettings, trials: Trials, timer: Timer, cand, ref, runtime, reference,
                       speedup: float) -> tuple[list[SignatureTiming], float | None]:
     """A task with several input signatures: each one (the headline's first, as timed), the most
@@ -342,12 +351,14 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     check_integrity(integrity, "while it was timed")
     vs_compile = compiled.median_ms / max(runtime.median_ms, 1e-9) if compiled else None
     floor = physical_floor(s, trials, moved)
+    roof = reached(roofline_of(s, trials, moved), runtime.median_ms, reference.median_ms,
+                   compiled.median_ms if compiled else None)
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
         flags.append(flag)
     graph = cuda_graph(s, trials, timer, cand, ref, runtime.median_ms, integrity) if device == "cuda" else None
     enter(Stage.DONE)
     return result(Status.CORRECT, runtime=runtime, reference=reference, compiled_reference=compiled,
-                  speedup=speedup, speedup_vs_compile=vs_compile, flags=flags, floor=floor,
+                  speedup=speedup, speedup_vs_compile=vs_compile, flags=flags, floor=floor, roofline=roof,
                   implausible=flag is not None, sync=sync_check, graph=graph, launched=launched,
                   signatures=signatures, weighted_speedup=weighted)
 

@@ -43,7 +43,7 @@ import torch
 from ...results import Confirmed, Stage
 from . import fingerprint, meter
 from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
-                        refuse_hidden_work, versions)
+                        refuse_hidden_work, roofline_of, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
 from .guards import Integrity
 from ..jobs import Assignment, Job, KernelRounds, Running, TimedRounds, WorkerReply
@@ -259,7 +259,8 @@ class Confirming:
         refuse_hidden_work(kernel.timed.runs, overhead_ms, self.device)
         moved = recheck(self.s, self.trials, kernel.model, self.timing, kernel.outcome)
         flags = [compile_failed(self.compile_error)] if self.s.compare_compile and compiled is None else []
-        kernel.verdict = Confirmed(verified=True, floor=physical_floor(self.s, self.trials, moved), flags=flags,
+        kernel.verdict = Confirmed(verified=True, floor=physical_floor(self.s, self.trials, moved),
+                                   roofline=roofline_of(self.s, self.trials, moved), flags=flags,
                                    **kernel.outcome.evidence())
 
     def finish(self, reference: Timed, compiled: Timed | None,

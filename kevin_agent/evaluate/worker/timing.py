@@ -299,6 +299,29 @@ class Timer:
             return 0.0
         return self.runs(_nothing, (), warmup=2, runs=runs).after_ms
 
+    def flop_rate_per_ms(self, dtype: torch.dtype) -> float | None:
+        """The device's FLOP rate for a matmul in ``dtype`` (FLOPs per ms), for the roofline: the
+        best of a few square products large enough to keep every unit busy (with the worker's TF32
+        setting); on cpu the better of every core and the worker's own threads (a shared host's cores
+        can be slower together than one alone). None where ``dtype`` has no matmul here or it does
+        not fit."""
+        threads = torch.get_num_threads()
+        n = (8192 if dtype.itemsize <= 2 else 4096) if self.device == "cuda" else 1024
+        counts = sorted({os.cpu_count() or 1, threads}) if self.device == "cpu" else [threads]
+        best = 0.0
+        try:
+            a = torch.randn(n, n, device=self.device).to(dtype)
+            b, c = torch.randn(n, n, device=self.device).to(dtype), torch.empty(n, n, device=self.device, dtype=dtype)
+            for count in counts:
+                torch.set_num_threads(count)
+                ms = self.time(lambda: torch.mm(a, b, out=c), (), warmup=2, runs=5 if self.device == "cpu" else 10).min_ms
+                best = max(best, 2 * n ** 3 / max(ms, 1e-6))
+        except (RuntimeError, TypeError, MemoryError):  # no kernel for the dtype, or no room for it
+            return None
+        finally:
+            torch.set_num_threads(threads)
+        return best or None
+
     def bandwidth_bytes_per_ms(self) -> float:
         """Measured memory bandwidth (a copy: bytes read + bytes written), for the runtime floor.
 

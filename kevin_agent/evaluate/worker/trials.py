@@ -173,8 +173,10 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
             compiled = timer.time(torch.compile(ref), timing_inputs, warmup=max(s.warmup_runs, 1), runs=s.timed_runs)
         except Exception as exc:
             compile_error = describe(exc)[:300]
+    flops, dtype_name = count_flops(ref, timing_inputs, device)
     del timing_inputs
     bandwidth = timer.bandwidth_bytes_per_ms()
+    flop_rate = timer.flop_rate_per_ms(FLOP_DTYPES[dtype_name]) if flops else None
 
     folder = Path(job.reference_dir)
     stored = [(folder / OUTPUTS, outputs), (folder / INPUTS, inputs)]
@@ -191,7 +193,8 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
     data = ReferenceData(key=folder.name, sets=sets, inputs_stored=inputs is not None, eager=eager,
                          signatures=signatures,
                          call_s=call_s, compiled=compiled, compile_error=compile_error,
-                         bandwidth_bytes_per_ms=bandwidth, output_bytes=output_bytes,
+                         bandwidth_bytes_per_ms=bandwidth, output_bytes=output_bytes, flops=flops,
+                         flop_dtype=dtype_name, flop_rate_per_ms=flop_rate,
                          answers_stored=outputs is not None, answers_repeatable=repeatable is not False,
                          footprint=footprint, transfer_bytes_per_s=transfer, draw_s=draw_s,
                          created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -199,6 +202,38 @@ def make(job: Job, task, ref: torch.nn.Module, request_timing, footprint: Footpr
     tmp.write_text(data.model_dump_json(indent=1), encoding="utf-8")
     os.replace(tmp, folder / META)
     return data
+
+
+FLOP_DTYPES = {"float64": torch.float64, "float32": torch.float32, "tf32": torch.float32, "float16": torch.float16,
+               "bfloat16": torch.bfloat16}
+"""The dtypes a FLOP rate is measured in, by the name the roofline records."""
+
+
+def flop_dtype(inputs, device: str) -> str:
+    """The dtype a call's FLOPs are done in, for the FLOP rate: its first floating input's, ``tf32``
+    for float32 where TF32 matmuls are on; '' for one that has no FLOP rate here."""
+    floating = next((v.dtype for v in inputs if isinstance(v, torch.Tensor) and v.is_floating_point()), torch.float32)
+    name = str(floating).removeprefix("torch.")
+    if name == "float32" and device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        name = "tf32"
+    return name if name in FLOP_DTYPES else ""
+
+
+def count_flops(ref: torch.nn.Module, inputs: list, device: str) -> tuple[float | None, str]:
+    """The reference's FLOPs on ``inputs`` (``torch.utils.flop_counter``: matmuls, convolutions,
+    attention) and the dtype they are done in (``flop_dtype``). (None, '') where the counter cannot
+    follow the reference or the dtype has no FLOP rate."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    name = flop_dtype(inputs, device)
+    if not name:
+        return None, ""
+    try:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            ref(*inputs)
+    except Exception:  # a reference the counter cannot trace still runs: it gets the bytes' roofline
+        return None, name
+    return float(counter.get_total_flops()), name
 
 
 class ReferenceChanged(Exception):

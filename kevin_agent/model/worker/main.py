@@ -15,7 +15,8 @@ import torch
 
 from ...evaluate.plausibility import bandwidth
 from ...evaluate.rounds import ratios
-from ...evaluate.worker import Mismatch, Outcome, Placements, Timer, compare, describe, device_name, import_file, versions
+from ...evaluate.worker import (FLOP_DTYPES, Mismatch, Outcome, Placements, Timer, compare, describe, device_name,
+                               flop_dtype, import_file, versions)
 from ...workers import Parent, serve
 from ..jobs import E2ERun, ModelJob, ModelReply
 from ..records import ModelProfile
@@ -49,11 +50,16 @@ def do_profile(job: ModelJob, parent: Parent) -> ModelReply:
     parent.note("timing")
     forward_ms = _timed_forward_ms(loaded, s)
     measured = Timer(s.device).bandwidth_bytes_per_ms() if s.bandwidth_gb_s is None else 0.0
+    flops = profiling.module_flops(loaded)
+    dtype = flop_dtype(loaded.inputs, s.device)
+    rate = Timer(s.device).flop_rate_per_ms(FLOP_DTYPES[dtype]) if dtype and any(flops.values()) else None
+    modules = [m.model_copy(update={"flops": flops.get(m.path, 0.0)}) for m in modules]
     profile = ModelProfile(
         model_file=job.model_path, device=s.device, device_name=device_name(s.device), forward_ms=forward_ms,
         profiled_forward_ms=modules[0].time_ms if modules else 0.0, forwards=job.forwards,
         bandwidth_gb_s=bandwidth(measured, s.bandwidth_gb_s) / 1e6,
         bandwidth_source="measured" if s.bandwidth_gb_s is None else "given",
+        flop_rate_tflop_s=rate / 1e9 if rate else None, flop_dtype=dtype if rate else "",
         cpu_threads=torch.get_num_threads() if s.device == "cpu" else None, versions=versions(), modules=modules)
     return ModelReply(ok=True, profile=profile, device_name=profile.device_name, versions=profile.versions)
 

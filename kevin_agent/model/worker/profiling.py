@@ -232,6 +232,25 @@ def _walk(event, stats: dict[int, CallStats], device: str, k: int) -> tuple[floa
     return time_us, library_us, ops
 
 
+def module_flops(loaded: LoadedModel) -> dict[str, float]:
+    """Each module's FLOPs in one forward, by its path, as ``torch.utils.flop_counter`` counts them
+    (matmuls, convolutions, attention; element-wise work is 0); empty where it cannot follow the model."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    root = type(loaded.model).__name__
+    try:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            forward(loaded)
+    except Exception:  # a model the counter cannot trace is still profiled: its modules get the bytes' roofline
+        return {}
+    out = {}
+    for key, ops in counter.get_flop_counts().items():
+        # Keys are the root's class name, then each module's path after it.
+        if key == root or key.startswith(root + "."):
+            out[key[len(root) + 1:]] = float(sum(ops.values()))
+    return out
+
+
 def module_profiles(loaded: LoadedModel, recorded: Recorded, paths: list[str], stats: dict[int, CallStats],
                     forwards: int) -> list[ModuleProfile]:
     """One ``ModuleProfile`` per module that was called, times per forward (ranking left to the parent)."""

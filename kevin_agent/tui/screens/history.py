@@ -39,12 +39,13 @@ from ..widgets import CodePane, FeedbackView, FitHeader, TurnList
 from ..widgets.rows import WrappedLines
 from ..widgets.turn_list import parse_option_id
 
-FINISHED = {"completed", "target_reached"}
+FINISHED = {"completed", "target_reached", "roofline_reached"}
 """Statuses a run cannot be resumed from."""
 LIVE = "running"
 """The status of a run while a process holds it."""
 RUN_STYLES = {
-    "completed": "$text-success", "target_reached": "$text-success", "running": "bold $text-accent",
+    "completed": "$text-success", "target_reached": "$text-success", "roofline_reached": "$text-success",
+    "running": "bold $text-accent",
     "stopped": "$text-warning", "interrupted": "$text-warning", "failed": "$text-error",
 }
 

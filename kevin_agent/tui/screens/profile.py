@@ -110,7 +110,8 @@ class ProfileScreen(Screen):
         more = f" (+{len(m.signatures) - 3} more)" if len(m.signatures) > 3 else ""
         lines = [f"{m.path or '(the whole model)'}: {m.class_name}, {m.calls:g} call(s) per forward, "
                  f"{m.time_ms:.3g} ms ({m.self_ms:.3g} ms its own)",
-                 f"headroom {100 * m.headroom:.0f}% (floor {m.floor_ms:.3g} ms, library {m.library_ms:.3g} ms)",
+                 (f"reaches {100 * m.roofline:.0f}% of its roofline; " if m.roofline is not None else "")
+                 + f"headroom {100 * m.headroom:.0f}% (floor {m.floor_ms:.3g} ms, library {m.library_ms:.3g} ms)",
                  f"signatures: {sigs}{more}"]
         if m.library:
             lines.append("one vendor library call: a kernel rarely beats it")

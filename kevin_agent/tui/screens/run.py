@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList
+from textual.worker import Worker, WorkerState
 
 from ...events import (
     ConfirmationFinished,
@@ -22,7 +23,9 @@ from ...events import (
     TurnFinished,
     TurnStarted,
 )
-from ...formatting import fmt_clock, fmt_speedup
+from ...errors import KevinError
+from ...formatting import fmt_clock, fmt_speedup, ncu_lines
+from ...run.nsight import profile_turn
 from ...results import BestKernel, TurnRecord
 from ...store import read_records
 from ..state import Key, RunState, TurnKey
@@ -34,6 +37,7 @@ REDRAW_S = 0.1
 REASONS = {
     "completed": ("finished", "$text-success"),
     "target_reached": ("target reached", "$text-success"),
+    "roofline_reached": ("at its roofline", "$text-success"),
     "stopped": ("stopped", "$text-warning"),
     "interrupted": ("interrupted", "$text-warning"),
     "failed": ("failed", "$text-error"),
@@ -66,6 +70,8 @@ class RunScreen(Screen):
         Binding("v", "follow_live", "Live", tooltip="View the live turn again (offered while you look at another)"),
         Binding("b", "branch", "Branch",
                 tooltip="Continue the selected finished turn in a new chain for the remaining turns"),
+        Binding("i", "ncu", "Nsight",
+                tooltip="Profile the selected verified turn's kernel with Nsight Compute (an NVIDIA GPU and ncu)"),
     ]
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -142,7 +148,39 @@ class RunScreen(Screen):
             return self._branchable() is not None
         if action == "follow_live":
             return bool(self.state.live) and self.pinned is not None
+        if action == "ncu":
+            return self._profilable() is not None
         return True
+
+    def _profilable(self) -> tuple[int, int] | None:
+        """The selected turn, when it has a verified kernel Nsight Compute could profile."""
+        record = self.state.record(self.pinned) if self.pinned is not None else None
+        return self.pinned if record is not None and record.correct and self.state.started is not None else None
+
+    def action_ncu(self) -> None:
+        key = self._profilable()
+        if key is None:
+            self.notify("select a verified turn: Nsight Compute profiles its kernel", severity="warning")
+            return
+        if any(w.group == "ncu" and w.is_running for w in self.workers):
+            self.notify("Nsight Compute is profiling a kernel already", severity="warning")
+            return
+        run_dir = Path(self.state.started.run_dir)
+        self.notify(f"profiling trajectory {key[0]} turn {key[1]} with Nsight Compute: its lines come to the "
+                    "feedback pane")
+        self.run_worker(lambda: profile_turn(run_dir, *key), thread=True, group="ncu", exit_on_error=False)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "ncu" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        if event.state is WorkerState.SUCCESS:
+            self.add_message("Nsight Compute", "\n".join(ncu_lines(event.worker.result)))
+            return
+        error = event.worker.error
+        if not isinstance(error, KevinError):
+            raise error
+        self.notify(error.message + (f"\nhint: {error.hint}" if error.hint else ""), severity="error", timeout=20,
+                    markup=False)
 
     def action_branch(self) -> None:
         key = self._branchable()
