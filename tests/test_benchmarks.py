@@ -141,3 +141,16 @@ def test_the_stages_benchmark_names_what_was_live_and_cached_at_a_workers_peak(t
     assert peak["worker"] == "run-1" and peak["peak_reserved_gib"] == 19.0 and peak["live_at_peak_gib"] == 6.0
     assert peak["live_by_line"] == [{"line": "evaluate/worker/trials.py:10 draw", "gib": 6.0}]
     assert peak["cached_by_line"] == [{"line": "evaluate/worker/trials.py:20 poison", "gib": 12.0}]
+
+
+@pytest.mark.slow
+def test_model_noise_benchmark_times_the_example_against_itself(tmp_path):
+    out = tmp_path / "noise.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "model_noise.py"), "--times", "2", "--rounds",
+                           "1", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| # | speedup (interleaved) | speedup (workers apart) |" in proc.stdout and "interleaved:   median" in proc.stdout
+    data = json.loads(out.read_text())
+    assert len(data["rows"]) == 2
+    # the "kernel" is the module's own code, installed at each of the group's three modules
+    assert all(r["kernel_calls"] == 3 and r["fallback_calls"] == 0 and r["outputs_match"] for r in data["rows"])
