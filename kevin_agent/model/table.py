@@ -123,12 +123,14 @@ def e2e_lines(result: E2EResult) -> list[str]:
     lines.append(verdict)
     lines.append(f"kernel calls per forward: {result.kernel_calls:g}; calls that ran the original forward: "
                  f"{result.fallback_calls:g}")
+    return [*lines, _outputs_line(result)]
+
+
+def _outputs_line(result: E2EResult) -> str:
     if result.outputs_match:
         err = f" (max abs err {result.max_abs_err:.3g})" if result.max_abs_err is not None else ""
-        lines.append(f"outputs match within the {result.tolerance} tolerance{err}")
-    else:
-        lines.append(f"outputs DIFFER beyond the {result.tolerance} tolerance: {result.mismatch}")
-    return lines
+        return f"outputs match within the {result.tolerance} tolerance{err}"
+    return f"outputs DIFFER beyond the {result.tolerance} tolerance: {result.mismatch}"
 
 
 def _combined_lines(result: E2EResult) -> list[str]:
@@ -155,9 +157,4 @@ def _combined_lines(result: E2EResult) -> list[str]:
                   else "")
         lines.append(f"  {k.module} ({name}): {share}{own}kernel calls per forward {k.kernel_calls:g}, calls that "
                      f"ran the original forward {k.fallback_calls:g}{effect}")
-    if result.outputs_match:
-        err = f" (max abs err {result.max_abs_err:.3g})" if result.max_abs_err is not None else ""
-        lines.append(f"outputs match within the {result.tolerance} tolerance{err}")
-    else:
-        lines.append(f"outputs DIFFER beyond the {result.tolerance} tolerance: {result.mismatch}")
-    return lines
+    return [*lines, _outputs_line(result)]
