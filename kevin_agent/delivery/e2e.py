@@ -124,8 +124,12 @@ def _record(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) ->
         mine = [r.kernels[j] for r in runs]
         effect = effects[i]
         effect.kernel_calls, effect.fallback_calls = mine[0].kernel_calls, mine[0].fallback_calls
-        bad = next((m for m in mine if not m.alone_match), None)
-        effect.outputs_match, effect.mismatch = bad is None, bad.alone_mismatch if bad else ""
+        if len(kept) == 1:  # alone in the model: the whole model's outputs are its own
+            bad_run = next((r for r in runs if not r.outputs_match), None)
+            effect.outputs_match, effect.mismatch = bad_run is None, bad_run.mismatch if bad_run else ""
+        else:
+            bad = next((m for m in mine if not m.alone_match), None)
+            effect.outputs_match, effect.mismatch = bad is None, bad.alone_mismatch if bad else ""
         pooled = [r for m in mine for r in m.ratios]
         effect.contribution = statistics.median(pooled) if pooled else None
         effect.contribution_interval = list(median_interval(pooled)) if pooled else None
