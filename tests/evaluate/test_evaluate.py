@@ -55,6 +55,13 @@ def test_scrubbed_env_drops_credentials_and_keeps_the_toolchain():
                                                                 or "PASSWORD" in k or k.startswith("HF_"))]
 
 
+def test_every_worker_keeps_the_same_freed_memory_unless_the_person_set_it():
+    env = scrubbed_env(environ={"PATH": "/usr/bin"})
+    assert env["MALLOC_TRIM_THRESHOLD_"] == env["MALLOC_MMAP_THRESHOLD_"] == str(256 << 20)
+    mine = scrubbed_env(environ={"PATH": "/usr/bin", "MALLOC_TRIM_THRESHOLD_": "0"})
+    assert mine["MALLOC_TRIM_THRESHOLD_"] == "0"
+
+
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
 def test_no_gpu_means_cpu_and_cuda_is_refused(tmp_path):
     assert detect_device() == "cpu"
