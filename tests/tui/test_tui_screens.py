@@ -558,6 +558,55 @@ async def test_resume_is_offered_only_for_a_run_nobody_runs_that_is_unfinished(t
         assert not app.running and "only unfinished runs resume" in " ".join(list(app._notifications)[-1].message.split())
 
 
+def ten_runs(root):
+    """Ten stored runs, newest first in the list; each but the newest is unfinished."""
+    for day in range(10):
+        store = RunStore.create(root, fixed_info(f"202501{day + 10}-120000-affine-{day:04d}",
+                                                 status="interrupted" if day < 9 else "completed",
+                                                 created_at=f"2025-01-{day + 10}T12:00:00+00:00", turns=4))
+        for rec in fixed_records()[:2 + day % 4]:
+            store.append(rec)
+    return root
+
+
+def burst(app, *keys: str) -> None:
+    """Keys as a held key or a fast typist sends them: queued at once, with no pause between."""
+    from textual import events
+
+    for key in keys:
+        app._driver.send_message(events.Key(key, key if len(key) == 1 else None))
+
+
+async def test_a_burst_of_arrows_in_the_history_settles_on_the_row_the_cursor_rests_on(tmp_path):
+    app = KevinApp(runs_root=ten_runs(tmp_path / "runs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        history = app.screen
+        table = history.query_one(DataTable)
+        burst(app, *["down"] * 6)
+        await wait_for(pilot, lambda: table.cursor_row == 6, 10, "the cursor")
+        # The cursor stays where the keys left it, and that run is the one shown: no highlight
+        # that arrived late sends it back (the screen used to cycle over the runs forever).
+        seen = set()
+        for _ in range(10):
+            await pilot.pause(0.05)
+            seen.add((table.cursor_row, history.run_id))
+        row_key = table.coordinate_to_cell_key((6, 0)).row_key.value
+        assert seen == {(6, row_key)}, seen
+        assert screen_lines(app)[0].startswith(f" history  {row_key}")
+        # The app still answers keys at once: the help opens and closes.
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert app.screen is history and table.cursor_row == 6
+        # Up and down again, faster than anything is drawn: the same.
+        burst(app, *["up", "down"] * 5, "up", "up")
+        await wait_for(pilot, lambda: history.run_id == table.coordinate_to_cell_key((4, 0)).row_key.value, 10,
+                       "the run under the cursor")
+        await pilot.pause(0.3)
+        assert table.cursor_row == 4
+
+
 async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):
     """`l` shows which turn continued which: the winner's path starred, the selected turn bracketed."""
     root = tmp_path / "runs"
@@ -668,3 +717,22 @@ async def test_the_delivery_dialog_names_each_target_once_and_keeps_its_buttons_
         assert app.screen is dialog
         await pilot.press("n")
         assert isinstance(app.screen, RunScreen)
+
+
+async def test_no_to_a_second_delivery_says_the_first_ones_files_stay(tmp_path):
+    """With --no-commit the kernel was written; `c` on a better kernel asks again, and its No must
+    not say that nothing was written."""
+    from kevin_agent.delivery import Delivery
+
+    plan = better_module_plan(tmp_path / "proj")
+    app = KevinApp(runs_root=tmp_path / "runs", clock=lambda: 0.0)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await run_screen(app, pilot, run_events())
+        app.delivery = Delivery(plan=plan.consented(), outcome="written", written=plan.paths)
+        app._ask(None, plan, [], False)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#no"), 10, "it")
+        await pilot.press("n")
+        await pilot.pause()
+        said = " ".join(app.run_screen.query_one("#feedback-messages").plain.split())
+        assert "nothing written, nothing committed" not in said
+        assert "my_relu_kevin.py" in said and "from the earlier delivery" in said and "stay" in said
