@@ -35,7 +35,7 @@ from kevin_agent.tui.screens.run import RunScreen
 from kevin_agent.tui.state import best_curve
 
 from ..conftest import git_init
-from ..tui_support import build_store, fixed_records, offered_keys, run_events, text_of, wait_for
+from ..tui_support import build_store, fixed_records, offered_keys, run_events, screen_lines, text_of, wait_for
 
 TASK = '''"""y = x * 2 + 1"""
 import torch
@@ -312,8 +312,16 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
         await pilot.press("up")
         assert "code block was found" in text_of(app, "#feedback-text")
         assert "The op is an affine map" in str(screen.query_one("#reasoning", Static).render())
-        # The run was delivered and committed at the end.
+        # The run was delivered and committed at the end; the footer no longer offers to stop it or
+        # to commit it again, and `c` makes no second commit.
         assert app.delivery.committed and app.exit_code == 0
+        await pilot.pause()
+        footer = screen_lines(app)[-1]
+        assert "Stop" not in footer and "Commit" not in footer and "History" in footer, footer
+        await pilot.press("c")
+        assert app.screen is screen
+        count = subprocess.run(["git", "-C", repo, "rev-list", "--count", "HEAD"], capture_output=True, text=True)
+        assert count.stdout.strip() == "2"
         log = subprocess.run(["git", "-C", repo, "log", "--format=%s", "-1"], capture_output=True, text=True).stdout
         assert "kevin-opt: affine" in log
         # History: the run is there, and the correct turn diffs against the compile error.
@@ -492,3 +500,64 @@ async def test_b_branches_a_selected_turn_into_a_new_trajectory(tmp_path):
     branch = [k for k in keys if k[0] == 1]
     assert branch and branch[0][2:] == (0, 1), keys
     assert all(k[2:] == (None, None) for k in branch[1:])
+
+
+class Quiet:
+    def emit(self, event) -> None:
+        pass
+
+
+def stopped_run(repo: Path, config: RunConfig) -> str:
+    """A run of one turn, stopped after it (resumable), driven headless."""
+    engine = start_run(config.model_copy(update={"turns": 1}), repo / "affine.py", Quiet())
+    engine.request_stop()
+    try:
+        outcome = engine.run()
+    finally:
+        engine.close()
+        engine.store.release()
+    assert outcome.reason == "stopped"
+    return outcome.run_id
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_a_run_resumed_from_the_history_after_a_burst_of_keys_shows_and_asks_on_top(tmp_path):
+    """Arrows held in the history, `r`, more arrows: the run screen shows at once and says what
+    it does, the run goes on on screen, and the question at its end is the dialog on top, the one
+    a `y` answers."""
+    from textual import events
+
+    from .test_tui_screens import ten_runs
+
+    repo = make_project(tmp_path / "proj", [RESPONSES[0], RESPONSES[2]])
+    config = config_for(repo, turns=2)
+    runs = ten_runs(repo / ".kevin" / "runs")
+    run_id = stopped_run(repo, config)
+    app = KevinApp(runs_root=runs, resume_factory=lambda rid, sink: resume_run(rid, sink, runs_root=runs,
+                                                                               overrides={"turns": 2}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        history = app.screen
+        table = history.query_one(DataTable)
+        assert table.coordinate_to_cell_key((0, 0)).row_key.value == run_id  # the newest
+        for key in ["down"] * 5 + ["up"] * 5:
+            app._driver.send_message(events.Key(key, None))
+        await wait_for(pilot, lambda: history.run_id == run_id and table.cursor_row == 0, 10, "the stopped run")
+        await pilot.press("r")
+        assert isinstance(app.screen, RunScreen)
+        assert f"resuming {run_id}: loading the task" in text_of(app, "#run-header")
+        for key in ["down", "up", "down"]:
+            app._driver.send_message(events.Key(key, None))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#yes"), 300,
+                       "the question at the end")
+        assert app.screen_stack[-2] is app.run_screen  # on top of the run it is about
+        await pilot.pause()
+        lines = screen_lines(app)
+        assert "turns 2/2" in lines[0]  # the run screen under it kept up with the run
+        assert any("commit the best kernel?" in line for line in lines), lines
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
+        assert app.delivery.committed
+        await pilot.press("q")
+    assert app.return_code == 0
