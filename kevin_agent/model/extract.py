@@ -35,12 +35,19 @@ def extract_task(model_file: ModelFile, path: str, out: Path | None, settings: E
         raise ModelError(f"{target}: is the model file itself", "pass another -o path")
     if target.exists() and not replace:
         raise ModelError(f"{target}: already exists", "pass another -o path, or --replace to overwrite it")
+    source = capture_task(model_file, path, settings, timeout_s=timeout_s)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(source, encoding="utf-8")
+    return target
+
+
+def capture_task(model_file: ModelFile, path: str, settings: EvalSettings, *, timeout_s: float | None = None) -> str:
+    """The task file's text for the module at ``path``, written nowhere; ``ModelError`` when it
+    cannot be captured."""
     task = extract_tasks(model_file, [path], settings, timeout_s=timeout_s)[0]
     if task.error:
         where = f"`{path}`" if path else "the whole model"
         raise ModelError(f"{model_file.given}: {where} cannot be captured as a task: {task.error}",
                          "write a task file for it by hand (class Model, get_inputs, get_init_inputs) and run "
                          "kevin-opt on it, with --class NAME if your class has another name")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(task.source, encoding="utf-8")
-    return target
+    return task.source

@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
 
 from ...errors import KevinError
+from ...formatting import counted
 from ...model.records import ModelProfile, ModuleProfile
 from ...model.table import COLUMNS, RIGHT, cells, short_summary
 
@@ -108,7 +109,7 @@ class ProfileScreen(Screen):
             return
         sigs = "; ".join(f"{s.key} x{s.calls}" for s in m.signatures[:3])
         more = f" (+{len(m.signatures) - 3} more)" if len(m.signatures) > 3 else ""
-        lines = [f"{m.path or '(the whole model)'}: {m.class_name}, {m.calls:g} call(s) per forward, "
+        lines = [f"{m.path or '(the whole model)'}: {m.class_name}, {counted(m.calls, 'call')} per forward, "
                  f"{m.time_ms:.3g} ms ({m.self_ms:.3g} ms its own)",
                  f"headroom {100 * m.headroom:.0f}% (floor {m.floor_ms:.3g} ms, library {m.library_ms:.3g} ms)",
                  f"signatures: {sigs}{more}"]
@@ -119,6 +120,9 @@ class ProfileScreen(Screen):
     # --- choosing -----------------------------------------------------------------------------
     def action_choose(self) -> None:
         m = self.selected()
+        if getattr(self.app, "running", False):
+            self.notify("the run is starting", severity="warning")
+            return
         if m is None or self.busy:
             if self.busy:
                 self.notify(f"{self.busy} is under way", severity="warning")
@@ -127,6 +131,16 @@ class ProfileScreen(Screen):
         self.query_one("#module-detail", Static).update(f"{self.busy}: capturing it and checking the task file "
                                                         "against the module ...")
         self._run_choose(m)
+
+    def say(self, text: str) -> None:
+        """A line about the choice (what is starting, what was kept), where the detail goes."""
+        self.query_one("#module-detail", Static).update(text)
+
+    def start_failed(self, error: KevinError, more: str = "") -> None:
+        """The run the choice started could not start: why, what to do, and the detail again."""
+        text = error.message + (f"\nhint: {error.hint}" if error.hint else "") + (f"\n{more}" if more else "")
+        self.notify(text, title="the run cannot start", severity="error", timeout=30, markup=False)
+        self.say(f"the run cannot start: {error.message}")
 
     @work(thread=True, exclusive=True, group="choose", exit_on_error=False)
     def _run_choose(self, m: ModuleProfile) -> None:
