@@ -145,3 +145,29 @@ def test_a_file_in_the_tasks_place_that_is_not_its_task_is_kept(model_dir):
     with pytest.raises(ModelError, match="is not the task extracted for `act`"):
         task_path_for(model_file, "act")
     assert (model_dir / "mlp_block_act.py").read_text() == "# my own file\n"
+
+
+async def test_the_header_names_each_time_and_toasts_stay_off_the_table(model_dir):
+    """The header's time per forward is the table's model row; the other one is said for what it
+    is. A notification sits under the table, never over it."""
+    from textual.widgets import DataTable
+    from textual.widgets._toast import Toast
+
+    # As the worker reports it: the profiled forward is the model row's time; the flushed one is apart.
+    measured = example_profile().model_copy(update={"forward_ms": 118.0, "profiled_forward_ms": 60.0})
+    config = load_config({"device": "cpu"})
+    app = ProfileApp(load_model_file(model_dir / "mlp_block.py"), config, config.eval_settings("cpu"), forwards=2)
+    app.profile_screen = ProfileScreen("mlp_block.py", lambda: measured, lambda m: None)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: app.profile_screen.profile is not None)
+        app.notify("a notice with two lines\nthe second line of it", markup=False)
+        await wait_for(pilot, lambda: bool(app.screen.query(Toast)), 10, "the toast")
+        await pilot.pause()
+        lines = screen_lines(app)
+        model_row = next(line.split() for line in lines if line.split()[:1] == ["(model)"])
+        header = " ".join(" ".join(lines[:2]).split())
+        assert f"{model_row[1]} ms per forward under the profiler (118 ms with caches flushed)" in header, header
+        table = app.screen.query_one(DataTable)
+        rows = table.region.y + 1 + table.row_count  # its header row and its rows
+        toast = app.screen.query_one(Toast).region
+        assert toast.y >= rows and toast.x == 0 and toast.width == 80

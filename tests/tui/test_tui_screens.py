@@ -124,15 +124,15 @@ async def test_the_header_says_the_confirmed_best_and_its_turns_own_in_full(tmp_
 
 @sizes
 async def test_the_turn_list_keeps_one_width_for_the_whole_run(tmp_path, size):
-    """The list is as wide as any label of the run can be from its first event, so the panes
+    """The list is as wide as any label of the run can be from before its first event, so the panes
     beside it never move; labels fit in it, the confirmed ones too."""
     app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
     async with app.run_test(size=size) as pilot:
         events = confirmed_run_events()
-        screen = await run_screen(app, pilot, events[:1])
+        screen = await run_screen(app, pilot, [])  # starting: the run has not said its size yet
         turns, output = screen.query_one(TurnList), screen.query_one(ModelOutput)
         widths = [turns.outer_size.width]
-        for event in events[1:]:
+        for event in events:
             app.post_message(message_for(event))
             await pilot.pause()
             widths.append(turns.outer_size.width)
@@ -148,23 +148,29 @@ async def test_the_turn_list_keeps_one_width_for_the_whole_run(tmp_path, size):
 
 
 @sizes
-async def test_notifications_stay_off_the_feedback_and_break_paths_between_names(tmp_path, size):
+async def test_notifications_stay_off_what_is_read_and_break_paths_between_names(tmp_path, size):
+    """A toast sits over the speedup chart, as wide as the side column: never over the model output
+    (its top shows what is being written), the feedback, the turns or the header, and nothing of the
+    panes under it peeks out beside it."""
     app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
-    path = "/srv/projects/a-rather-long-project-name/src/models/attention/fused_attention_kevin.py"
+    path = "/srv/proj/models/attention/fused_attention_kevin.py"
     async with app.run_test(size=size, notifications=True) as pilot:
         screen = await run_screen(app, pilot, run_events())
         app.notify(f"wrote {path}", title="delivery", markup=False)
         await wait_for(pilot, lambda: bool(screen.query(Toast)), 10, "the toast")
         await pilot.pause()
         toast = screen.query_one(Toast)
-        assert not overlaps(toast.region, screen.query_one(FeedbackView).region)
-        assert not overlaps(toast.region, screen.query_one(TurnList).region)
+        for pane in (ModelOutput, FeedbackView, TurnList):
+            assert not overlaps(toast.region, screen.query_one(pane).region), pane
         assert not overlaps(toast.region, screen.query_one("#run-header").region)
+        side = screen.query_one("#side").region
+        assert (toast.region.x, toast.region.right) == (side.x, side.right)
+        assert overlaps(toast.region, screen.query_one("#chart").region)
         rows = [line[toast.region.x:toast.region.right] for line in screen_lines(app)[toast.region.y:toast.region.bottom]]
         text = "".join(row.strip(" ▌") for row in rows)
         assert path in text  # every name whole: breaks only after a "/"
         shown = [row.strip(" ▌") for row in rows if "/" in row]
-        assert len(shown) >= (2 if size[0] < 120 else 1)
+        assert len(shown) >= 2
         assert all(row.endswith("/") or row.endswith(".py") for row in shown), shown
 
 
@@ -329,8 +335,8 @@ async def test_help_shows_every_mark_scrolls_to_the_last_and_wraps_under_its_tex
         await pilot.press("home")
         await pilot.pause()
         lines = screen_lines(app)
-        row = next(i for i, line in enumerate(lines) if "Cancel the generation" in line)
-        column = lines[row].index("Cancel the generation")
+        row = next(i for i, line in enumerate(lines) if "Continue the selected finished turn" in line)
+        column = lines[row].index("Continue the selected finished turn")
         if size[0] < 120:  # wrapped: the rest starts under the text, not under the key
             assert lines[row + 1][keys.region.x:column].strip() == "" and lines[row + 1][column:].strip()
         assert keys.region.height >= len(key_rows(app.run_screen, app))

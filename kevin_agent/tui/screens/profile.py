@@ -62,6 +62,11 @@ class ProfileScreen(Screen):
     def on_mount(self) -> None:
         self.action_profile()
 
+    @property
+    def toast_room(self) -> int:
+        """Notifications sit at the bottom, as wide as the screen, over the detail (app.tcss)."""
+        return self.size.width
+
     # --- the profile ------------------------------------------------------------------------
     def columns(self) -> tuple[str, ...]:
         return COLUMNS if self.size.width >= WIDE_AT else NARROW
