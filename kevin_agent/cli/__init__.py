@@ -60,7 +60,10 @@ def _flag(group, setting: str, *names: str, help: str | None = None, **kw) -> No
     """A flag for the run setting ``setting``; unset stays None so lower layers can fill it."""
     assert setting in RunConfig.model_fields, setting
     flags = names or (f"--{setting.replace('_', '-')}",)
-    text = (help or field_help(setting)).replace("%", "%%")  # argparse formats help with %
+    text = help or field_help(setting)
+    if text[:2].istitle():  # "Where kernels run" reads as argparse's own lines do; "JSONL of ..." stays
+        text = text[0].lower() + text[1:]
+    text = text.replace("%", "%%")  # argparse formats help with %
     group.add_argument(*flags, dest=setting, default=None, help=text, **kw)
 
 
@@ -74,7 +77,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     if not resume:
         _flag(g, "trajectories", type=_positive_int, metavar="N")
     if not resume:
-        _flag(g, "search")
+        _flag(g, "search", metavar="NAME")
         _flag(g, "beam_width", type=_positive_int, metavar="K")
     _flag(g, "target_speedup", type=_nonneg_float, metavar="X")
     _flag(g, "min_speedup", type=_nonneg_float, metavar="X")
@@ -83,7 +86,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
         _flag(m, "backend", metavar="NAME", help=_choices_help("backend", registry.backends))
         _flag(m, "model", metavar="NAME")
         _flag(m, "responses", type=Path, metavar="PATH")
-        _flag(m, "temperature", type=_nonneg_float)
+        _flag(m, "temperature", type=_nonneg_float, metavar="X")
         _flag(m, "max_tokens", type=_positive_int, metavar="N")
         _flag(m, "context_tokens", type=_positive_int, metavar="N")
         _flag(m, "tensor_parallel_size", type=_positive_int, metavar="N")
@@ -125,8 +128,8 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
 
 def _add_eval_flags(group) -> None:
     _flag(group, "tolerance", choices=["strict", "kernelbench"])
-    _flag(group, "atol", type=_nonneg_float)
-    _flag(group, "rtol", type=_nonneg_float)
+    _flag(group, "atol", type=_nonneg_float, metavar="X")
+    _flag(group, "rtol", type=_nonneg_float, metavar="X")
     _flag(group, "reference_tf32", action=argparse.BooleanOptionalAction)
     _flag(group, "correctness_trials", type=_positive_int, metavar="N")
     _flag(group, "timed_runs", type=_positive_int, metavar="N")
@@ -146,7 +149,7 @@ def build_parser(registry) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="optimize a task file (the default command)")
-    run.add_argument("file", type=Path, metavar="FILE", help="Python file with the module to optimize")
+    run.add_argument("file", type=Path, metavar="FILE", help="the Python file with the module to optimize")
     _add_run_flags(run, registry)
 
     resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn")

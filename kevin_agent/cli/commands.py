@@ -11,7 +11,7 @@ from ..config import RunConfig, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
 from ..engine.confirmation import best_of_run, confirmed_turns
-from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
+from ..formatting import (best_words, counted, confirmed_line, fmt_launched, fmt_memory, fmt_seconds, fmt_signatures,
                          fmt_speedup, marked_speedup, second_look, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
 from ..registry import Registry
@@ -205,7 +205,7 @@ def cmd_show(args) -> int:
         print(f"run {info.run_id}  {effective_status(info, store.dir)}")
         print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
         search = info.config.get("search", "independent")
-        print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns, {search} search")
+        print(f"model {info.model} via {info.backend}; {info.trajectories} x {counted(info.turns, 'turn')}, {search} search")
         confirmed = confirmed_turns(info, records)
         # In the order they happened within each trajectory, cancelled generations included.
         for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):

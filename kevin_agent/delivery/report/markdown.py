@@ -10,6 +10,7 @@ from ...engine.confirmation import Winner, current, winner
 from ...engine.lineage import outcome, path_to, tree_lines
 from ...formatting import (
     confirmed_line,
+    counted,
     fmt_launched,
     fmt_memory,
     fmt_signatures,
@@ -244,8 +245,8 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         f"| task | `{Path(task.path).name}` (class `{task.class_name}`, sha256 {task.digest}) |",
         f"| device | {info.device}" + (f" ({info.device_name})" if info.device_name else "") + " |",
         f"| backend / model | {info.backend} / `{info.model}` |",
-        f"| run | `{info.run_id}` ({info.status}, {len(records)} turns evaluated, "
-        f"{info.trajectories} {'trajectory' if info.trajectories == 1 else 'trajectories'} x {info.turns} turns) |",
+        f"| run | `{info.run_id}` ({info.status}, {counted(len(records), 'turn')} evaluated, "
+        f"{counted(info.trajectories, 'trajectory', 'trajectories')} x {counted(info.turns, 'turn')}) |",
     ]
     for key in ("torch", "cuda", "driver", "python", "compiler", "kevin-opt"):
         if versions.get(key):
