@@ -62,6 +62,8 @@ class Ending:
     """The signal that ended it."""
     quit: bool = False
     """The person quit the TUI while the run was going."""
+    run_asked: bool = True
+    """A run was started or asked for (False: the TUI's history, browsed and left)."""
     plan: DeliveryPlan | None = None
     delivery: Delivery | None = None
 
@@ -92,15 +94,17 @@ class Ending:
         run_id = engine.store.info.run_id if engine is not None else self.run_id
         out: list[str] = []
         if self.signum is not None:
-            out.append(f"interrupted by {signal_name(self.signum)}"
-                       + ("" if engine is not None else " before the run started"))
+            before = engine is None and self.run_asked
+            out.append(f"interrupted by {signal_name(self.signum)}" + (" before the run started" if before else ""))
         if self.delivery is not None:
             out += self.delivery.notes
         resumable = self.interrupted or self.error is not None or (
             self.outcome is not None and self.outcome.reason == "stopped")
         # A run that never got going has nothing to continue: its error's own hint says what to do.
         if resumable and run_id is not None and (engine is not None or self.signum is not None):
-            saved = f"{len(engine.records)} finished turns are saved. " if engine is not None else ""
+            done = len(engine.records) if engine is not None else 0
+            saved = (f"{done} finished turn{' is' if done == 1 else 's are'} saved. "
+                     if engine is not None else "")
             out.append(f"{saved}Continue with: kevin-opt resume {run_id}")
         return out
 
@@ -146,9 +150,36 @@ def execute(engine: Engine, plan: DeliveryPlan, records: list[TurnRecord], *, de
     takes a while (the whole model run with the kernel)."""
     delivery = deliver(plan, engine.task, engine.store.info, records, declined=declined,
                        whole_model=_whole_model(engine, say) if plan.model_file is not None else None)
+    if delivery.outcome == "refused":
+        delivery.notes.append(_deliver_later(engine, plan))
     info = engine.store.info
     engine.store.update_info(commit=delivery.commit or info.commit, delivery=delivery.headline())
     return delivery
+
+
+def _deliver_later(engine: Engine, plan: DeliveryPlan) -> str:
+    """After a refused delivery: where the winning kernel waits, and the command that delivers it."""
+    best = engine.best_kernel()
+    where = f"the winning kernel is kept in {best.kernel_path}" if best is not None else "the run keeps its kernels"
+    flags = (" --replace" if plan.needs_replace else "") + (" --accept-flagged" if plan.flagged is not None else "")
+    once = " once the changes there are committed, stashed or discarded" if plan.blocked else ""
+    return f"{where}; kevin-opt resume {engine.store.info.run_id}{flags} delivers it{once}"
+
+
+def as_it_stands(engine: Engine, delivery: Delivery, *, replace: bool = False,
+                 accept_flagged: bool = False) -> Delivery:
+    """A delivery refused a while ago (the TUI stayed open), said as things stand now: what was in
+    the way may be gone (the change was stashed), and then the note says so instead of blaming it."""
+    if delivery.outcome != "refused" or not delivery.plan.blocked:
+        return delivery
+    plan, _ = make_plan(engine, replace=replace, accept_flagged=accept_flagged)
+    if plan.blocked or plan.kernel is None:
+        return delivery
+    then = "; ".join(blocked.split(":", 1)[0] for blocked in delivery.plan.blocked)
+    run_id = engine.store.info.run_id
+    return delivery.model_copy(update={"notes": [
+        f"not written: when the run ended there were {then}; there are none now",
+        f"{_deliver_later(engine, plan).split(';')[0]}; kevin-opt resume {run_id} delivers it now"]})
 
 
 def _whole_model(engine: Engine, say: Callable[[str], None] | None):

@@ -36,10 +36,14 @@ def history_tui(runs_root: Path, registry: Registry) -> int:
 def _close(app: KevinApp, outputs: finish.Outputs, registry: Registry, run_id: str | None) -> int:
     ending = app.ending()
     ending.run_id = run_id
+    ending.run_asked = app.has_run or app.engine_factory is not None
     engine = ending.engine
     if engine is not None and ending.wants_delivery() and ending.delivery is None and ending.plan is not None:
         # The app was left with the question open: that is a no.
         ending.delivery = finish.execute(engine, ending.plan, app.plan_records, declined=True)
+    if engine is not None and ending.delivery is not None:
+        ending.delivery = finish.as_it_stands(engine, ending.delivery, replace=app.replace,
+                                              accept_flagged=app.accept_flagged)
     try:
         code = finish.close(ending, outputs, registry)
     finally:
