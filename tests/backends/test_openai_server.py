@@ -240,21 +240,22 @@ def test_server_without_stream_options_still_works(server_log):
 
 
 # --- the command line: the server is checked before the run starts -------------------------------
-def cli_against(url: str, runs: Path):
+def cli_against(url: str, runs: Path, env: dict | None = None):
     from ..clihelp import REPO, kevin
 
     return kevin("run", REPO / "examples" / "rmsnorm.py", "--device", "cpu", "--backend", "openai",
                  "--base-url", url, "--model", "Kevin-32B", "--run-dir", runs, "--headless",
-                 env={"KEVIN_RETRIES": "0"})
+                 env={"KEVIN_RETRIES": "0"} if env is None else env)
 
 
 def test_an_unreachable_server_is_said_before_the_run_and_makes_no_run_directory(tmp_path):
     url = f"http://127.0.0.1:{serverproc.free_port()}/v1"
-    proc = cli_against(url, tmp_path / "runs")
+    proc = cli_against(url, tmp_path / "runs", env={})  # the default retries: the check makes none
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
-    assert lines[0].startswith(f"kevin-opt: error: cannot reach the OpenAI-compatible server at {url}"), lines
+    assert lines[0].startswith(f"kevin-opt: error: cannot reach the OpenAI-compatible server at {url} "
+                               "(on the first try)"), lines
     assert "vllm serve cognition-ai/Kevin-32B --max-model-len 32768 --reasoning-parser deepseek_r1" in lines[1]
     assert "run failed" not in proc.stderr and "run directory" not in proc.stderr
     assert not (tmp_path / "runs").exists()
