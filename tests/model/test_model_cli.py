@@ -8,7 +8,6 @@ import json
 import shlex
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -44,11 +43,8 @@ def refused(proc, *words):
 
 
 def test_profile_ranks_the_example_around_its_activation(repo):
-    started = time.monotonic()
     proc = kevin("profile", "mlp_block.py", "--device", "cpu", "--json", "profile.json", cwd=repo)
-    took = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
-    assert took < 30, f"profile took {took:.1f} s"
     data = json.loads((repo / "profile.json").read_text())
     assert (data["schema"], data["kind"]) == (1, "profile") and data["device"] == "cpu" and data["cpu_threads"] == 1
     modules = {m["path"]: m for m in data["modules"]}
