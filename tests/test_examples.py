@@ -180,7 +180,8 @@ def test_every_cpu_response_behaves_as_scripted(name, turn, tmp_path):
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("name", NAMES)
-def test_final_cuda_kernel_is_correct(name, tmp_path):
+def test_final_cuda_kernel_is_correct(name, tmp_path, gpu_builds, monkeypatch):
+    gpu_builds.use_plain(name, monkeypatch)  # built with the session's others, at once
     compile_and_compare(name, len(responses(name, "cuda")), tmp_path, device="cuda")
 
 
@@ -209,7 +210,8 @@ def test_cuda_few_shot_example_is_well_formed():
 
 @pytest.mark.gpu
 @needs_gpu
-def test_cuda_few_shot_example_runs():
+def test_cuda_few_shot_example_runs(gpu_builds, monkeypatch):
+    gpu_builds.use_plain("cuda_add", monkeypatch)
     module = import_file(example_path("cuda_add.py"), "kevin_prompt_example_cuda_add")
     a, b = torch.randn(1, 4096, device="cuda"), torch.randn(1, 4096, device="cuda")
     torch.testing.assert_close(module.ModelNew()(a, b), a + b, rtol=0, atol=0)
