@@ -183,7 +183,7 @@ class KevinApp(App[int]):
         if action == "stop_run":
             return self.running and self.engine is not None and not self.engine.stop_requested
         if action == "commit_best":
-            return self.engine is not None and not self._best_delivered()
+            return self.engine is not None and self.engine.best_turn() is not None and not self._best_delivered()
         return True
 
     def _best_delivered(self) -> bool:

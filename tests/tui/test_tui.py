@@ -279,6 +279,31 @@ async def test_cancel_is_offered_while_generating_and_the_cancelled_turn_is_mark
         assert options == ["⊝ turn 1  cancelled", "? turn 1  parse error"]
 
 
+async def test_the_footer_stops_offering_to_stop_once_the_run_has_ended(tmp_path):
+    # An answer without code, streamed for a few seconds: nothing compiles, and nothing happens
+    # after the run's end that would redraw the footer for another reason (no delivery, no question).
+    repo = make_project(tmp_path / "proj", [RESPONSES[0]])
+    config = config_for(repo, turns=1)
+    registry = build_registry()
+    registry.backends["scripted"] = lambda cfg, skip=0: ScriptedBackend(cfg.responses, skip=skip, chunk_delay_s=0.1)
+    def start(sink):
+        # Its workers take a moment to end after the run has said it finished, as a GPU's do.
+        engine = start_run(config, repo / "affine.py", sink, registry=registry)
+        close = engine.close
+        engine.close = lambda: (time.sleep(1.5), close())
+        return engine
+
+    app = KevinApp(start, runs_root=repo / ".kevin" / "runs", deliver_at_end=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "Stop" in screen_lines(app)[-1], 300, "the run to be offered a stop")
+        app.screen.query_one("#feedback").focus()  # reading the feedback: the focus stays put to the end
+        await wait_for(pilot, lambda: app.outcome is not None, 300, "the run to end")
+        await pilot.pause()
+        footer = screen_lines(app)[-1]
+        assert "Stop" not in footer and "Cancel" not in footer and "History" in footer, footer
+        assert "Commit" not in footer  # there is no kernel to commit
+
+
 # --- real scripted runs on the CPU device ----------------------------------------------------
 @pytest.mark.slow
 async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
