@@ -138,12 +138,40 @@ def test_cuda_responses_parse(name):
         assert parsed.summary
 
 
+def built_as_a_run_builds_it(code: str, device: str) -> Path | None:
+    """The kernel built where a run of the same kernel looks for it (the session's build cache, by
+    kevin-opt's fast build): once for this test and the demo runs of the other tests. The folder,
+    or None when it does not build (this process's own build then says why)."""
+    from kevin_agent.config import RunConfig
+    from kevin_agent.evaluate.parent.builds import compile_in
+    from kevin_agent.evaluate.parent.pool import scrubbed_env
+    from kevin_agent.evaluate.toolchain import cache
+
+    settings = RunConfig().eval_settings(device)
+    folder = settings.cache_dir / cache.build_key(code, device, settings.fast_build)
+    env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(device)})
+    build = compile_in(folder, code, settings=settings, env=env, job={"settings": settings})
+    return folder if build.ok else None
+
+
 def compile_and_compare(name: str, turn: int, tmp_path: Path, device: str = "cpu") -> None:
     code = parse_response(responses(name, device)[turn - 1]).code
     path = tmp_path / f"{name}_{device}_turn{turn}.py"
     path.write_text(code, encoding="utf-8")
     task_module = import_file(EXAMPLES / f"{name}.py", f"kevin_example_ref_{name}")
-    candidate_module = import_file(path, f"kevin_example_new_{name}_{device}_{turn}")
+    folder = built_as_a_run_builds_it(code, device) if device == "cpu" else None
+    saved = os.environ.get("TORCH_EXTENSIONS_DIR")
+    try:
+        if folder is not None:
+            # This process's load_inline finds the build up to date there, as a run's worker does.
+            os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
+        candidate_module = import_file(path, f"kevin_example_new_{name}_{device}_{turn}")
+    finally:
+        if folder is not None:
+            if saved is None:
+                os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+            else:
+                os.environ["TORCH_EXTENSIONS_DIR"] = saved
     reference, candidate = build_models(task_module, candidate_module, device)
     assert_matches(task_module, reference, candidate, device)
 

@@ -316,7 +316,8 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
         # Pushed is not yet composed: wait for the body too.
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#dialog-body Static"),
                        60, "the commit question")
-        assert "affine_kevin.py" in text_of(app, "#dialog-body Static")
+        # Its rows as text: rendered before the dialog's first layout, they wrap at a few columns.
+        assert "affine_kevin.py" in app.screen.query_one("#dialog-body Rows").plain
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
         screen = app.run_screen
@@ -419,7 +420,7 @@ async def test_cancel_stop_quit_question_and_resume(tmp_path):
         # Pushed is not yet composed: wait for the body too.
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#dialog-body Static"),
                        60, "the commit question")
-        body = str(app.screen.query_one("#dialog-body Static", Static).render())
+        body = app.screen.query_one("#dialog-body Rows").plain
         assert "affine_kevin.py" in body and "trajectory 0 turn 3" in body and "Kevin-Run: " + stopped_id in body
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the commit")
