@@ -112,9 +112,10 @@ def example_cuda_kernels() -> list[tuple[str, str]]:
 
 def few_shot_cuda_add() -> str:
     """The prompt's few-shot CUDA example, which tests/test_examples.py imports in its own process."""
-    from importlib import resources
+    from kevin_agent.engine.prompting import prompts_dir
 
-    return resources.files("kevin_agent.prompts.examples").joinpath("cuda_add.py").read_text(encoding="utf-8")
+    # Through prompts_dir: on a GPU machine the checkout runs from PYTHONPATH, not installed.
+    return prompts_dir().joinpath("examples", "cuda_add.py").read_text(encoding="utf-8")
 
 
 @dataclass

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import sys
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -238,7 +237,10 @@ def test_final_cuda_kernel_is_correct(name, tmp_path, gpu_builds, monkeypatch):
 # --- the few-shot examples shown to the model ---------------------------------------------
 
 def example_path(name: str) -> Path:
-    return Path(str(resources.files("kevin_agent.prompts.examples").joinpath(name)))
+    from kevin_agent.engine.prompting import prompts_dir
+
+    # Through prompts_dir: installed, the package's; on a GPU machine run from PYTHONPATH, the checkout's.
+    return Path(str(prompts_dir().joinpath("examples", name)))
 
 
 @pytest.mark.slow
