@@ -204,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    from . import commands, model_commands
+    from . import commands, model_commands, optimize_command
 
     try:
         if args.command in MODEL_COMMANDS:
             return int(model_commands.dispatch(args))
+        if optimize_command.handles(args):
+            return int(optimize_command.dispatch(args, registry))
         return int(commands.dispatch(args, registry))
     except KevinError as exc:
         return print_error(exc)

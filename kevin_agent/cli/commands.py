@@ -30,34 +30,15 @@ def config_overrides(args) -> dict[str, Any]:
 def dispatch(args, registry: Registry) -> int:
     if args.command == "run":
         return cmd_run(args, registry)
-    if args.command == "optimize":
-        from .optimize_command import cmd_optimize
-
-        return cmd_optimize(args, registry)
     if args.command == "resume":
-        if _names_optimize(args):
-            from .optimize_command import cmd_resume_optimize
-
-            return cmd_resume_optimize(args, registry)
         return cmd_run(args, registry, resume=True)
     if args.command == "check":
         return cmd_check(args, registry)
     if args.command == "history":
         return cmd_history(args, registry)
     if args.command == "show":
-        if _names_optimize(args):
-            from .optimize_command import cmd_show_optimize
-
-            return cmd_show_optimize(args)
         return cmd_show(args)
     raise UsageError(f"unknown command {args.command!r}")
-
-
-def _names_optimize(args) -> bool:
-    """``resume``/``show`` of an optimize's id (``opt-...``) rather than a run's."""
-    from ..store import is_optimize
-
-    return is_optimize(args.run_dir or default_runs_root(), args.run_id)
 
 
 # --- run / resume ------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..delivery import gitops
 from ..delivery.e2e import DEFAULT_ROUNDS, measure
@@ -25,9 +24,6 @@ from ..model.records import ModelProfile
 from ..protocols import OptimizeProgress
 from ..results.optimize import OptimizeRecord
 from .report import report_paths, write_model_report
-
-if TYPE_CHECKING:
-    from .session import OptimizeSession
 
 
 def keep_out_of_git(root: Path) -> None:
@@ -60,8 +56,10 @@ def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool) -> li
     return out
 
 
-def combine_and_deliver(session: OptimizeSession, model_file: ModelFile, profile: ModelProfile,
+def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
                         progress: OptimizeProgress) -> OptimizeRecord:
+    """The whole model with the verified kernels of ``session`` (an ``OptimizeSession``), the
+    ones that hurt it dropped, the rest delivered."""
     record = session.record
     verified = [g for g in record.groups if g.state in ("verified", "kept")]
     kernels = [Path(g.kernel_file) for g in verified]
@@ -101,7 +99,7 @@ def combine_and_deliver(session: OptimizeSession, model_file: ModelFile, profile
     return _deliver(session, model_file)
 
 
-def _deliver(session: OptimizeSession, model_file: ModelFile) -> OptimizeRecord:
+def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
     record = session.record
     kept = record.kept
     beside = [model_file.path.parent / Path(g.kernel_file).name for g in kept]
