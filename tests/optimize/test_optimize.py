@@ -45,7 +45,8 @@ def plugin_env(tmp: Path) -> dict[str, str]:
     return {"KEVIN_PLUGINS_DIR": str(plugins), "COUNTED_LOG": str(tmp / "counted.log")}
 
 
-ARGS = ("--device", "cpu", "--backend", "counted", "--responses", "responses", "--turns", "3", "--headless")
+ARGS = ("--device", "cpu", "--backend", "counted", "--responses", "responses", "--turns", "3", "--trajectories", "1",
+        "--headless")
 
 
 def head_files(repo: Path) -> set[str]:
