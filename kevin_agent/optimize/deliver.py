@@ -26,17 +26,6 @@ from ..results.optimize import OptimizeRecord
 from .report import report_paths, write_model_report
 
 
-def keep_out_of_git(root: Path) -> None:
-    """The run store in the person's repository stays out of ``git status``."""
-    with gitops.opened(root) as repo:
-        if repo is None or repo.bare:
-            return
-        try:
-            gitops.ensure_excluded(repo)
-        except (OSError, gitops.git.GitCommandError):
-            pass  # cosmetic only
-
-
 def targets(model_file: ModelFile, kernels: list[Path]) -> list[Path]:
     """Every file the delivery writes: the kernel modules, the model file, the report."""
     return [*kernels, model_file.path, *report_paths(model_file.path)]

@@ -30,7 +30,7 @@ from ..model.records import ModelProfile
 from ..protocols import Backend, EventSink, OptimizeProgress
 from ..registry import Registry, build_registry
 from ..results.optimize import GroupRun, OptimizeRecord
-from ..run.launch import open_backend, resolve_device
+from ..run.launch import keep_out_of_git, open_backend, resolve_device
 from ..run.session import RunSession
 from ..store import OptimizeStore, RunStore, default_runs_root, new_optimize_id, now_iso
 from . import deliver as delivering
@@ -64,7 +64,7 @@ class OptimizeSession:
         model_file = load_model_file(model_path)
         config = config.model_copy(update={"device": resolve_device(config)})
         root = config.run_dir or default_runs_root(model_file.path.parent)
-        delivering.keep_out_of_git(root)
+        keep_out_of_git(root)
         saved = {k: v for k, v in config.model_dump(mode="json").items() if k not in SECRET_SETTINGS}
         record = OptimizeRecord(optimize_id=new_optimize_id(model_file.path.stem), model_file=str(model_file.path),
                                 created_at=now_iso(), device=config.device, config=saved, modules=modules,
@@ -114,10 +114,10 @@ class OptimizeSession:
         try:
             model_file = load_model_file(record.model_file)
             profile = self._profile(model_file, progress)
-            if not record.groups and not self._plan(profile, progress):
-                return self._end("nothing", ExitCode.NONE, record.plan[0] if record.plan else "")
             if record.groups:
-                progress.planned(record)
+                progress.planned(record)  # resumed: the plan it carries on with
+            elif not self._plan(profile, progress):
+                return self._end("nothing", ExitCode.NONE, record.plan[0] if record.plan else "")
             refused = delivering.refusals(model_file, self._names(model_file), replace=self.replace)
             if refused:
                 return self._end("refused", ExitCode.USAGE, "; ".join(refused))
