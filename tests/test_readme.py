@@ -54,3 +54,10 @@ def test_start_from_your_model_leads_with_optimize_on_the_example():
     args = build_parser(build_registry()).parse_args(argv[1:])
     assert (args.device, args.backend) == ("cpu", "scripted")
     assert (REPO / args.model_file).is_file() and (REPO / args.responses).is_dir()
+
+
+def test_the_readme_gives_every_exit_code_the_tool_uses():
+    section = " ".join(README.split("Exit codes: ", 1)[1].split("\n\n", 1)[0].split())
+    for code, words in (("`130`, `143`, `129`", "SIGINT, SIGTERM or SIGHUP"),
+                        ("`130` also when `q` quits", "while a run goes on"), ("`141`", "SIGPIPE")):
+        assert code in section and words in section, (code, section)

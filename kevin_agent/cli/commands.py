@@ -11,15 +11,15 @@ from typing import Any
 from ..config import RunConfig, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
-from ..results.winner import best_of_run, confirmed_turns
-from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
+from ..formatting import (best_words, confirmed_line, counted, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
-from .progress import ProgressPrinter, turn_error, turn_line
 from ..registry import Registry
 from ..results import Status
 from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, OptimizeEntry, to_json
 from ..results.lineage import tree_lines
+from ..results.winner import best_of_run, confirmed_turns
 from ..store import RunStore, default_runs_root, effective_status, list_optimizes, list_runs
+from .progress import ProgressPrinter, turn_error, turn_line
 
 
 def config_overrides(args) -> dict[str, Any]:
@@ -222,7 +222,7 @@ def cmd_show(args) -> int:
         if info.device_facts is not None and (peaks := info.device_facts.peaks_words()):
             print(f"device in theory: {peaks} ({info.device_facts.source})")
         search = info.config.get("search", "independent")
-        print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns, {search} search")
+        print(f"model {info.model} via {info.backend}; {info.trajectories} x {counted(info.turns, 'turn')}, {search} search")
         confirmed = confirmed_turns(info, records)
         # In the order they happened within each trajectory, cancelled generations included.
         for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):

@@ -187,7 +187,7 @@ def test_the_openai_backend_serves_every_group_once_made(tmp_path):
     assert "no group's run verified a kernel" in proc.stderr
     assert subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
     requests = [json.loads(line) for line in log.read_text().splitlines()]
-    chats = [r["body"]["messages"][0]["content"] for r in requests if r["path"].endswith("/chat/completions")]
+    chats = [r["body"]["messages"][0]["content"] for r in requests if r.get("path", "").endswith("/chat/completions")]
     assert len(chats) == 2 and any("QuickGELU" in c or "sigmoid" in c for c in chats)
     assert any("rsqrt" in c for c in chats)
-    assert sum(r["path"].endswith("/models") for r in requests) == 1  # checked once: one backend
+    assert sum(r.get("path", "").endswith("/models") for r in requests) == 1  # checked once: one backend
