@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from .events import Event
 from .results import Confirmation, EvalResult, RunInfo, Stage, TurnRecord
 from .results.device import DeviceFacts
+from .results.optimize import GroupRun, OptimizeRecord
 from .task import TaskProbe
 
 #: Called with (index of the prompt in the batch, channel, text delta) as tokens stream.
@@ -212,4 +213,34 @@ class Reporter(Protocol):
 
     def write(self, path: Path, info: RunInfo, records: Sequence[TurnRecord], best: TurnRecord | None) -> None:
         """Write the file for the run as it ended (``best``: the winner's turn, or None)."""
+        ...
+
+
+@runtime_checkable
+class OptimizeProgress(Protocol):
+    """What ``kevin-opt optimize`` tells a front end as it goes (``optimize.OptimizeSession``): the
+    plan, each group's state (``GroupRun.state_words``: queued, running turn k/n, verified 3.20x,
+    dropped: why) and its run's id, each module run's own events, and the whole model with the
+    kernels. Every call carries the record as it now stands, written to the store already; a
+    screen may redraw from it alone. Calls come from the thread that drives the optimize."""
+
+    def planned(self, record: OptimizeRecord) -> None:
+        """The groups chosen (all queued) and the plan in words (``record.plan``), before the first run."""
+        ...
+
+    def group_changed(self, record: OptimizeRecord, group: GroupRun) -> None:
+        """``group`` entered a state, finished a turn, or got its run's id."""
+        ...
+
+    def run_events(self, record: OptimizeRecord, group: GroupRun) -> EventSink:
+        """The sink for the events of ``group``'s run (turns, tokens, evaluation stages)."""
+        ...
+
+    def note(self, text: str) -> None:
+        """A step that takes a while (profiling, extracting, the whole model), as it starts."""
+        ...
+
+    def combined(self, record: OptimizeRecord) -> None:
+        """The whole model measured with the kernels (``record.measured`` against
+        ``record.predicted``; each group kept or dropped with why)."""
         ...

@@ -46,6 +46,16 @@ def test_the_keys_the_readme_names_are_the_run_screens():
     assert "`e` expand or collapse the reasoning" in README and "`v` view the live" in README
 
 
+def test_start_from_your_model_leads_with_optimize_on_the_example():
+    section = README.split("## Start from your model", 1)[1].split("\n## ", 1)[0]
+    first = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip()
+    argv = shlex.split(first)
+    assert argv[:2] == ["kevin-opt", "optimize"]
+    args = build_parser(build_registry()).parse_args(argv[1:])
+    assert (args.device, args.backend) == ("cpu", "scripted")
+    assert (REPO / args.model_file).is_file() and (REPO / args.responses).is_dir()
+
+
 def test_the_readme_gives_every_exit_code_the_tool_uses():
     section = " ".join(README.split("Exit codes: ", 1)[1].split("\n\n", 1)[0].split())
     for code, words in (("`130`, `143`, `129`", "SIGINT, SIGTERM or SIGHUP"),

@@ -19,8 +19,9 @@ from ..config import RunConfig, field_help
 from ..errors import ExitCode, KevinError
 from .model_commands import COMMANDS as MODEL_COMMANDS
 from .model_commands import add_parsers as add_model_parsers
+from .optimize_command import add_parser as add_optimize_parser
 
-SUBCOMMANDS = {"run", "check", "history", "show", "resume", *MODEL_COMMANDS}
+SUBCOMMANDS = {"run", "check", "history", "show", "resume", "optimize", *MODEL_COMMANDS}
 STORE_HELP = ("where the runs are stored (default: .kevin/runs at the top of the git repository that holds the "
               "current directory, else in the current directory)")
 
@@ -154,8 +155,9 @@ def build_parser(registry) -> argparse.ArgumentParser:
     run.add_argument("file", type=Path, metavar="FILE", help="the Python file with the module to optimize")
     _add_run_flags(run, registry)
 
-    resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn")
-    resume.add_argument("run_id", metavar="RUN", help="the run id, as `kevin-opt history` lists it")
+    resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn, or an "
+                                           "optimize from where it stopped")
+    resume.add_argument("run_id", metavar="RUN", help="the run or optimize id, as `kevin-opt history` lists it")
     _add_run_flags(resume, registry, resume=True)
 
     check = sub.add_parser("check", help="check and evaluate one candidate file against a task, no model")
@@ -167,13 +169,13 @@ def build_parser(registry) -> argparse.ArgumentParser:
     check.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the result as JSON")
     _add_eval_flags(check)
 
-    history = sub.add_parser("history", help="list runs")
+    history = sub.add_parser("history", help="list runs and optimizes")
     history.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
     history.add_argument("--plain", action="store_true", help="print a table even on a terminal")
     history.add_argument("--json", dest="json_out", action="store_true", help="print the list as JSON")
 
-    show = sub.add_parser("show", help="show a run, or one turn of it")
-    show.add_argument("run_id", metavar="RUN", help="the run id, as `kevin-opt history` lists it")
+    show = sub.add_parser("show", help="show a run, one turn of it, or an optimize")
+    show.add_argument("run_id", metavar="RUN", help="the run or optimize id, as `kevin-opt history` lists it")
     show.add_argument("--turn", type=_positive_int, metavar="N", help="show this turn in full")
     show.add_argument("--trajectory", type=int, default=0, metavar="T",
                       help="the trajectory of --turn (default 0)")
@@ -184,6 +186,7 @@ def build_parser(registry) -> argparse.ArgumentParser:
                       help="profile the turn's kernel with Nsight Compute (needs --turn, an NVIDIA GPU and ncu); "
                            "the full report is kept in the run directory")
     add_model_parsers(sub, _flag, _positive_int, _nonneg_float)
+    add_optimize_parser(sub, _add_run_flags, registry, _positive_int)
     return parser
 
 
@@ -226,12 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    from . import commands, model_commands
+    from . import commands, model_commands, optimize_command
 
     try:
         try:
             if args.command in MODEL_COMMANDS:
                 code = int(model_commands.dispatch(args))
+            elif optimize_command.handles(args):
+                code = int(optimize_command.dispatch(args, registry))
             else:
                 code = int(commands.dispatch(args, registry))
         except KevinError as exc:

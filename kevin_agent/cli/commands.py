@@ -15,10 +15,10 @@ from ..formatting import (best_words, confirmed_line, counted, fmt_launched, fmt
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
 from ..registry import Registry
 from ..results import Status
-from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
+from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, OptimizeEntry, to_json
 from ..results.lineage import tree_lines
 from ..results.winner import best_of_run, confirmed_turns
-from ..store import RunStore, default_runs_root, effective_status, list_runs
+from ..store import RunStore, default_runs_root, effective_status, list_optimizes, list_runs
 from .progress import ProgressPrinter, turn_error, turn_line
 
 
@@ -172,15 +172,27 @@ def cmd_history(args, registry: Registry) -> int:
 
         return history_tui(root, registry)
     runs = list_runs(root)
+    optimizes = list_optimizes(root)
     if args.json_out:
-        print(to_json(HistoryRecord(runs=[
+        print(to_json(HistoryRecord(optimizes=[optimize_entry(o) for o in optimizes], runs=[
             HistoryEntry(run_id=i.run_id, task=i.task.name, created_at=i.created_at, status=i.status,
                          turns_done=len(r), best_speedup=i.best.speedup if i.best else None,
                          best_confirmed=bool(i.best and i.best.confirmation), commit=i.commit, delivery=i.delivery)
             for i, r in runs])), end="")
         return ExitCode.OK
-    if not runs:
+    if not runs and not optimizes:
         print(f"no runs in {root}")
+        return ExitCode.OK
+    if optimizes:
+        print(f"{'OPTIMIZE':<44} {'MODEL':<16} {'STARTED':<20} {'STATUS':<12} {'KEPT':>6} {'WHOLE MODEL':<22}  COMMIT")
+        for o in optimizes:
+            whole = f"{o.measured:.2f}x (Amdahl {o.predicted:.2f}x)" if o.measured and o.predicted else "-"
+            kept = f"{len(o.kept)}/{len(o.groups)}"
+            print(f"{o.optimize_id:<44} {Path(o.model_file).name[:16]:<16} {o.created_at[:19]:<20} {o.status:<12} "
+                  f"{kept:>6} {whole:<22}  {(o.commit or '-')[:10]}")
+        if runs:
+            print()
+    if not runs:
         return ExitCode.OK
     # BEST holds confirmed medians and turns' own numbers: each value says which it is.
     print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':<17}  DELIVERY")
@@ -190,6 +202,12 @@ def cmd_history(args, registry: Registry) -> int:
         print(f"{info.run_id:<40} {info.task.name[:16]:<16} {info.created_at[:19]:<20} {info.status:<14} "
               f"{len(records):>3}/{total:<3} {best:<17}  {info.delivery or '-'}")
     return ExitCode.OK
+
+
+def optimize_entry(o) -> OptimizeEntry:
+    return OptimizeEntry(optimize_id=o.optimize_id, model=Path(o.model_file).name, created_at=o.created_at,
+                         status=o.status, groups=len(o.groups), kept=len(o.kept), measured=o.measured,
+                         predicted=o.predicted, commit=o.commit, run_ids=[g.run_id for g in o.groups if g.run_id])
 
 
 def cmd_show(args) -> int:

@@ -379,11 +379,27 @@ class HistoryEntry(BaseModel):
     delivery: str | None = None
 
 
+class OptimizeEntry(BaseModel):
+    """One optimize in ``history``: its groups, the whole model's speedup, its commit."""
+
+    optimize_id: str
+    model: str
+    created_at: str
+    status: str
+    groups: int
+    kept: int
+    measured: float | None = None
+    predicted: float | None = None
+    commit: str | None = None
+    run_ids: list[str] = Field(default_factory=list)
+
+
 class HistoryRecord(Record):
-    """``kevin-opt history --json``: the stored runs."""
+    """``kevin-opt history --json``: the stored runs and optimizes."""
 
     kind: Literal["history"] = "history"
     runs: list[HistoryEntry]
+    optimizes: list[OptimizeEntry] = Field(default_factory=list)
 
 
 def task_view(path: str, name: str, class_name: str, digest: str) -> TaskView:

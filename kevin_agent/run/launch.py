@@ -96,7 +96,7 @@ def open_backend(config: RunConfig, registry: Registry | None = None) -> Backend
     return backend
 
 
-def _keep_out_of_git(runs_root: Path) -> None:
+def keep_out_of_git(runs_root: Path) -> None:
     """The default run store sits in the person's repository; ``git status`` never shows it."""
     with gitops.opened(runs_root) as repo:
         if repo is None or repo.bare:
@@ -156,7 +156,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         raise ConfigError(f"cannot create the run directory under {root} ({exc.strerror})",
                           "pass a writable --run-dir") from None
     if config.run_dir is None:
-        _keep_out_of_git(root)
+        keep_out_of_git(root)
     return Engine(task=task, config=config, backend=backend, evaluator=evaluator, store=store, sink=sink,
                   check=registry.check, search=registry.make_search(config), start_note=note,
                   overlap_generation=overlaps, owns_backend=owned)

@@ -3,6 +3,7 @@ kernel (``runs``), and the lock a live run holds on it (``lock``). Below the eng
 it, and every front end that reads it back; it imports the result records and nothing else."""
 
 from .lock import LOCK_FILE, RunLock, lock_owner
+from .optimizes import OptimizeStore, effective_optimize_status, is_optimize, list_optimizes, new_optimize_id
 from .runs import (
                    RunStore,
                    default_runs_root,
@@ -14,5 +15,6 @@ from .runs import (
                    read_records,
 )
 
-__all__ = ["LOCK_FILE", "RunLock", "RunStore", "default_runs_root", "effective_status", "list_runs", "lock_owner",
+__all__ = ["LOCK_FILE", "OptimizeStore", "RunLock", "RunStore", "effective_optimize_status", "is_optimize",
+           "list_optimizes", "new_optimize_id", "default_runs_root", "effective_status", "list_runs", "lock_owner",
            "new_run_id", "now_iso", "read_info", "read_records"]

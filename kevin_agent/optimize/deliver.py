@@ -1,0 +1,138 @@
+"""An optimize's end: the whole model with every verified kernel (``delivery.e2e``: fresh workers,
+each kernel's effect found by leaving it out), the ones that break the outputs or slow the model
+dropped with the reason, and the rest delivered once: the kernel modules beside the model, the
+change to the model file that installs them (``delivery.install``: ``get_model()`` wrapped, or a
+KernelBench file's block), and the model report, in one commit of exactly those files.
+
+The consent rules are a run's: a target with uncommitted changes is never written (refused
+before the first run, and again before the writing), one git could not restore is overwritten
+only with ``--replace``, and ``--no-commit`` writes the files only.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..delivery import gitops
+from ..delivery.e2e import DEFAULT_ROUNDS, measure
+from ..delivery.install import plan_change
+from ..delivery.plan import shown_path
+from ..errors import ExitCode, GitError
+from ..model.modelfile import ModelFile
+from ..model.records import ModelProfile
+from ..protocols import OptimizeProgress
+from ..results.optimize import OptimizeRecord
+from .report import report_paths, write_model_report
+
+
+def targets(model_file: ModelFile, kernels: list[Path]) -> list[Path]:
+    """Every file the delivery writes: the kernel modules, the model file, the report."""
+    return [*kernels, model_file.path, *report_paths(model_file.path)]
+
+
+def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool) -> list[str]:
+    """Why the delivery would write nothing: a target with uncommitted changes (the person's), one
+    git could not restore (without --replace). Said before the first run."""
+    with gitops.opened(model_file.path) as repo:
+        paths = targets(model_file, kernels)
+        states = gitops.path_states(repo, paths)
+    out = [f"{shown_path(p)} has uncommitted changes: commit or stash them first (they are never overwritten)"
+           for p in paths if states[p] == "modified"]
+    if not replace:
+        out += [f"{shown_path(p)} exists and git does not track it: pass --replace to overwrite it"
+                for p in paths if states[p] == "untracked" and p != model_file.path]
+    return out
+
+
+def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
+                        progress: OptimizeProgress) -> OptimizeRecord:
+    """The whole model with the verified kernels of ``session`` (an ``OptimizeSession``), the
+    ones that hurt it dropped, the rest delivered."""
+    record = session.record
+    verified = [g for g in record.groups if g.state in ("verified", "kept")]
+    kernels = [Path(g.kernel_file) for g in verified]
+    # A kernel already moved beside the model (a delivery interrupted) is measured from the optimize's copy.
+    kernels = [k if k.is_file() else session.store.tasks / k.name for k in kernels]
+    several = len(kernels) > 1
+    progress.note(f"running the whole model {model_file.given} without and with the "
+                  f"{len(kernels)} kernel{'s' if several else ''}" + (" (each left out in turn)" if several else "")
+                  + ", in fresh workers")
+    result = measure(model_file, kernels, session.settings(), profile=profile, rounds=DEFAULT_ROUNDS,
+                     timeout_s=session.timeout_s)
+    effects = {Path(e.kernel_file).name: e for e in result.kernels}
+    for g, kernel in zip(verified, kernels):
+        g.kernel_file = str(kernel)
+        effect = effects.get(kernel.name)
+        if effect is not None:
+            g.contribution, g.contribution_interval = effect.contribution, effect.contribution_interval
+            g.kernel_calls, g.fallback_calls = effect.kernel_calls, effect.fallback_calls
+        else:  # alone: the whole model's numbers are its own
+            g.contribution, g.kernel_calls, g.fallback_calls = result.speedup, result.kernel_calls, result.fallback_calls
+        why = effect.dropped if effect is not None else ""
+        if not why and not result.outputs_match:
+            why = f"the whole model's outputs differ with it: {result.mismatch}"
+        if not why and result.slower and not session.config.accept_slower:
+            why = f"the whole model is slower with {'them' if several else 'it'} ({result.speedup:.2f}x)"
+        g.state, g.why = ("dropped", why) if why else ("kept", "")
+        session.save(progress, g)
+    record.e2e = result
+    kept = record.kept
+    record.measured = result.speedup if kept else None
+    record.predicted = result.predicted if kept else None
+    session.store.save()
+    progress.combined(record)
+    if not kept:
+        return session._end("nothing", ExitCode.NONE, "every kernel was dropped: " +
+                            "; ".join(f"{g.name}: {g.why}" for g in record.groups if g.state == "dropped"))
+    return _deliver(session, model_file)
+
+
+def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
+    record = session.record
+    kept = record.kept
+    beside = [model_file.path.parent / Path(g.kernel_file).name for g in kept]
+    refused = refusals(model_file, beside, replace=True)
+    if refused:
+        return session._end("refused", ExitCode.NONE, "nothing written: " + "; ".join(refused))
+    for g, target in zip(kept, beside):
+        if Path(g.kernel_file).resolve() != target.resolve():
+            shutil.copyfile(g.kernel_file, target)
+        g.kernel_file = str(target)
+    change = plan_change(model_file, beside)
+    if change.new_text is not None and not change.done:
+        model_file.path.write_text(change.new_text, encoding="utf-8")
+        record.model_change = change.diff
+    elif not change.done:
+        record.notes.append(f"the model file is not changed ({change.why_not}); add by hand: "
+                            + "; ".join(change.usage()))
+    paths = targets(model_file, beside)
+    write_model_report(record, model_file.path)
+    with gitops.opened(model_file.path) as repo:
+        record.written = [shown_path(p, Path(repo.working_tree_dir) if repo is not None and not repo.bare else None)
+                          for p in paths]
+        record.notes.append(f"wrote {', '.join(record.written)}")
+        if not session.config.commit:
+            record.notes.append("not committed (--no-commit)")
+            return session._end("written", ExitCode.OK, "")
+        if repo is None or repo.bare:
+            record.notes.append("not committed: not in a git repository")
+            return session._end("written", ExitCode.OK, "")
+        try:
+            result = gitops.commit_paths(repo, paths, commit_message(record), branch=session.config.branch)
+        except GitError as exc:
+            record.notes.append(f"not committed: {exc.message}")
+            return session._end("written", ExitCode.NONE, exc.message)
+    record.commit, record.branch = result.sha, result.branch
+    record.notes.append(f"committed {result.sha[:12]} on {result.branch}: {', '.join(result.paths)}")
+    return session._end("delivered", ExitCode.OK, "")
+
+
+def commit_message(record: OptimizeRecord) -> str:
+    kept = record.kept
+    name = Path(record.model_file).name
+    head = (f"kevin-opt: {len(kept)} kernel{'s' if len(kept) != 1 else ''} into {name}, the whole model "
+            f"{record.measured:.2f}x" + (f" (Amdahl predicts {record.predicted:.2f}x)" if record.predicted else "")
+            + f" on {record.device_name or record.device}")
+    lines = [f"- {g.name}: {g.speedup:.2f}x on its task, run {g.run_id}" for g in kept]
+    return head + "\n\n" + "\n".join(lines) + f"\n\noptimize {record.optimize_id}\n"

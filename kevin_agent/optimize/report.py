@@ -1,0 +1,105 @@
+"""The model report an optimize commits beside the model: ``<model>_kevin_model_report.md`` for
+people, ``.json`` for tools (the optimize's record, through the one serializer) and ``.png``.
+
+Per group: its share of the forward, its kernel's confirmed speedup with its interval, the
+signatures it was verified at (the guard runs it there alone), its contribution in the whole model
+and its run; then the model before and after, and Amdahl's prediction against the measurement.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..results.optimize import GroupRun, OptimizeRecord
+from ..results.records import to_json
+
+
+def report_paths(model_path: Path) -> list[Path]:
+    base = model_path.with_name(f"{model_path.stem}_kevin_model_report")
+    return [base.with_suffix(".md"), base.with_suffix(".json"), base.with_suffix(".png")]
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _interval(g: GroupRun) -> str:
+    c = g.confirmation
+    return f"{_x(g.speedup)} [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]" if c is not None and c.ci95 else _x(g.speedup)
+
+
+def _contribution(g: GroupRun) -> str:
+    if g.contribution is None:
+        return "-"
+    lo_hi = g.contribution_interval
+    return _x(g.contribution) + (f" [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]" if lo_hi else "")
+
+
+def render_markdown(record: OptimizeRecord) -> str:
+    e2e = record.e2e
+    name = Path(record.model_file).name
+    lines = [f"# kevin-opt optimize: {name}", "",
+             f"Optimize `{record.optimize_id}` on {record.device_name or record.device}: "
+             f"{len(record.kept)} kernel{'s' if len(record.kept) != 1 else ''} installed, each guarded to the "
+             "signatures it was verified at (any other call runs the module's own forward).", ""]
+    if e2e is not None:
+        lines += ["## The whole model", "",
+                  "| | forward | speedup |", "|---|---|---|",
+                  f"| before (eager) | {e2e.baseline_ms:.3f} ms | 1.00x |",
+                  f"| after (with the kernels) | {e2e.kernel_ms:.3f} ms | {_x(record.measured)} measured |",
+                  f"| Amdahl's prediction | | {_x(record.predicted)} |", "",
+                  f"Outputs {'match' if e2e.outputs_match else 'DIFFER'} ({e2e.tolerance} tolerance); the "
+                  f"speedup is the median of {e2e.rounds} rounds, each timing the model with and without the "
+                  "kernels interleaved in fresh workers. The prediction is 1 / (1 - sum(share) + "
+                  "sum(share / speedup)) over the kept kernels, from the profile's shares and each kernel's "
+                  "confirmed speedup on its task.", ""]
+    lines += ["## Groups", "",
+              "| group | share | kernel on its task (95% interval) | signatures | in the whole model | state | run |",
+              "|---|---|---|---|---|---|---|"]
+    for g in record.groups:
+        sigs = "<br>".join(f"`{s}`" for s in g.signatures) or "-"
+        state = g.state + (f": {g.why}" if g.why else "")
+        run = f"`.kevin/runs/{g.run_id}`" if g.run_id else "-"
+        lines.append(f"| `{g.name}` ({g.class_name}) | {100 * g.share:.1f}% | {_interval(g)} | {sigs} | "
+                     f"{_contribution(g)} | {state} | {run} |")
+    lines += ["", "`in the whole model`: the model with every kept kernel over the model with all of them but "
+              "this one (for one kernel alone, the whole model's speedup).", "",
+              "## The plan", "", *[f"    {line}" for line in record.plan], ""]
+    if record.model_change:
+        lines += ["## The change to the model file", "", "```diff", record.model_change.rstrip("\n"), "```", ""]
+    lines += [f"Show it again with `kevin-opt show {record.optimize_id}`; each group's run with "
+              "`kevin-opt show RUN`.", ""]
+    return "\n".join(lines)
+
+
+def plot(record: OptimizeRecord, path: Path) -> None:
+    """Per group its kernel's speedup on its task and its contribution in the whole model; the
+    whole model predicted and measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    groups = [g for g in record.groups if g.speedup is not None]
+    labels = [g.name for g in groups] + ["whole model"]
+    on_task = [g.speedup for g in groups] + [record.predicted or 0.0]
+    in_model = [g.contribution or 0.0 for g in groups] + [record.measured or 0.0]
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], on_task, width=0.4, label="on its task (confirmed) / Amdahl's prediction")
+    ax.bar([x + 0.2 for x in xs], in_model, width=0.4, label="in the whole model (measured)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(list(xs), labels, rotation=15, fontsize=8)
+    ax.set_ylabel("speedup vs eager")
+    ax.set_title(f"{Path(record.model_file).name}: kernels and the whole model")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def write_model_report(record: OptimizeRecord, model_path: Path) -> list[Path]:
+    md, js, png = report_paths(model_path)
+    md.write_text(render_markdown(record), encoding="utf-8")
+    js.write_text(to_json(record), encoding="utf-8")
+    plot(record, png)
+    return [md, js, png]
