@@ -11,6 +11,7 @@ from ..config import load_config
 from ..console import note, write_json
 from ..errors import ExitCode
 from ..registry import Registry
+from ..optimize import summary_lines
 from ..results.optimize import GroupRun, OptimizeRecord
 from ..store import OptimizeStore, default_runs_root, effective_optimize_status
 from .progress import ProgressPrinter
@@ -48,6 +49,8 @@ def add_parser(sub, add_run_flags, registry, positive_int) -> None:
     plan.add_argument("--timeout", type=float, default=None, metavar="S",
                       help="wall-clock limit of each model worker (profile, extract, whole model), in seconds "
                            "(default 300)")
+    p.add_argument("--plain", action="store_true", help="progress lines on stderr even on a terminal (as --headless); "
+                   "on a terminal the model screen opens otherwise")
     add_run_flags(p, registry)
 
 
@@ -86,27 +89,17 @@ class OptimizeLines:
                 print(line, file=self.stream, flush=True)
 
 
-def summary_lines(record: OptimizeRecord) -> list[str]:
-    """How an optimize stands, for ``show`` and the end of ``optimize``."""
-    lines = [f"optimize {record.optimize_id}  {record.status}" + (f": {record.why}" if record.why else ""),
-             f"model {record.model_file} on {record.device}" + (f" ({record.device_name})" if record.device_name else "")]
-    for i, g in enumerate(record.groups, start=1):
-        speed = ""
-        if g.contribution is not None:
-            speed = f"; {g.contribution:.2f}x in the whole model"
-        lines.append(f"  {i}. {g.name} ({100 * g.share:.1f}% of the forward): {g.state_words()}{speed}"
-                     + (f"  run {g.run_id}" if g.run_id else ""))
-    if record.measured is not None:
-        lines.append(f"whole model: {record.measured:.2f}x measured, Amdahl predicts "
-                     + (f"{record.predicted:.2f}x" if record.predicted else "-"))
-    if record.commit:
-        lines.append(f"commit {record.commit}")
-    return lines
-
-
 def run_optimize(session, args) -> int:
-    """Drive an optimize in this thread; signals abort it resumably (``run.interrupts``)."""
+    """On a terminal the model screen (``tui.optimize``), unless ``--plain``, ``--headless`` or
+    ``--json`` (a summary for tools) ask for lines; else driven in this thread, signals aborting it
+    resumably (``run.interrupts``)."""
+    from ..console import interactive
     from ..run.interrupts import HeadlessSignals
+
+    if interactive(args) and not getattr(args, "plain", False) and not getattr(args, "json_path", None):
+        from ..tui.optimize import optimize_tui
+
+        return optimize_tui(session)
 
     progress = OptimizeLines()
     record = session.record

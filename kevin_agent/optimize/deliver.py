@@ -95,6 +95,9 @@ def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
     refused = refusals(model_file, beside, replace=True)
     if refused:
         return session._end("refused", ExitCode.NONE, "nothing written: " + "; ".join(refused))
+    if session.consent is not None and not session.consent(record, targets(model_file, beside)):
+        record.notes.append("declined: nothing written, nothing committed; the kernels stay in the optimize's folder")
+        return session._end("nothing", ExitCode.NONE, "declined: nothing written")
     for g, target in zip(kept, beside):
         if Path(g.kernel_file).resolve() != target.resolve():
             shutil.copyfile(g.kernel_file, target)

@@ -103,3 +103,21 @@ def write_model_report(record: OptimizeRecord, model_path: Path) -> list[Path]:
     js.write_text(to_json(record), encoding="utf-8")
     plot(record, png)
     return [md, js, png]
+
+
+def summary_lines(record: OptimizeRecord) -> list[str]:
+    """How an optimize stands, for ``show`` and the end of ``optimize``."""
+    lines = [f"optimize {record.optimize_id}  {record.status}" + (f": {record.why}" if record.why else ""),
+             f"model {record.model_file} on {record.device}" + (f" ({record.device_name})" if record.device_name else "")]
+    for i, g in enumerate(record.groups, start=1):
+        speed = ""
+        if g.contribution is not None:
+            speed = f"; {g.contribution:.2f}x in the whole model"
+        lines.append(f"  {i}. {g.name} ({100 * g.share:.1f}% of the forward): {g.state_words()}{speed}"
+                     + (f"  run {g.run_id}" if g.run_id else ""))
+    if record.measured is not None:
+        lines.append(f"whole model: {record.measured:.2f}x measured, Amdahl predicts "
+                     + (f"{record.predicted:.2f}x" if record.predicted else "-"))
+    if record.commit:
+        lines.append(f"commit {record.commit}")
+    return lines

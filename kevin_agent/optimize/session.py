@@ -16,6 +16,7 @@ Nothing here prints: a front end hears everything through ``protocols.OptimizePr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import RunConfig, load_config
@@ -46,6 +47,9 @@ class OptimizeSession:
         self.store, self.config, self.registry = store, config, registry
         self.replace, self.accept_flagged, self.timeout_s = replace, accept_flagged, timeout_s
         self.backend: Backend | None = None
+        self.consent: Callable[[OptimizeRecord, list[Path]], bool] | None = None
+        """Asked, with the files it would write, before the delivery writes anything: the terminal UI
+        asks the person (a run's rule); headless, the flags alone decide."""
         self._aborted = threading.Event()
         self._current: RunSession | None = None
 

@@ -15,10 +15,10 @@ from ..model.extract import capture_task, default_task_path
 from ..model.marks import extracted_from
 from ..model.modelfile import ModelError, ModelFile
 from ..model.profile import profile_model
-from ..model.records import ModuleGroup
+from ..model.records import ModelProfile, ModuleGroup
 from ..run import finish
 from ..store import default_runs_root
-from .app import KevinApp
+from .optimize import OptimizeApp, close_optimize
 from .screens.dialogs import ConfirmScreen
 from .screens.profile import ProfileScreen
 
@@ -26,8 +26,8 @@ RUN_FLAGS = ("the run's flags go to kevin-opt profile itself: --backend, --model
              "--turns, --trajectories (q quits)")
 
 
-class ProfileApp(KevinApp):
-    """The app with the profile screen in front of the run screen."""
+class ProfileApp(OptimizeApp):
+    """The app with the profile screen in front of the run screen, or of the model screen (``o``)."""
 
     def __init__(self, model_file: ModelFile, config: RunConfig, settings: EvalSettings, *, forwards: int,
                  registry=None, **kwargs) -> None:
@@ -35,7 +35,7 @@ class ProfileApp(KevinApp):
         self.model_file, self.config, self.settings, self.registry = model_file, config, settings, registry
         self.profile_screen = ProfileScreen(model_file.given, lambda: profile_model(model_file, settings,
                                                                                     forwards=forwards),
-                                            self.extract_and_run)
+                                            self.extract_and_run, self.optimize_all)
 
     def on_mount(self, event) -> None:
         # In place of the base app's start (a run, or the history): the profile screen.
@@ -57,6 +57,33 @@ class ProfileApp(KevinApp):
         if not task.exists():
             task.write_text(source, encoding="utf-8")
         self.call_from_thread(self.start_on, task)
+
+    def optimize_all(self, profile: ModelProfile) -> None:
+        """In a worker thread: the optimize of the plan the profile screen shows, on the profile it
+        shows (not profiled again), with its backend made first: one that cannot start is said on
+        the profile screen, as a run's is, and nothing is recorded."""
+        from ..model.choose import DEFAULT_MIN_SAVING, DEFAULT_MODULES
+        from ..optimize import OptimizeSession
+        from ..run.launch import open_backend
+
+        try:
+            backend = open_backend(self.config, self.registry)
+        except KevinError as exc:
+            self.call_from_thread(self.profile_screen.start_failed, exc, RUN_FLAGS)
+            return
+        try:
+            session = OptimizeSession.new(self.model_file.path, self.config, registry=self.registry,
+                                          modules=DEFAULT_MODULES, min_saving=DEFAULT_MIN_SAVING,
+                                          replace=self.replace, accept_flagged=self.accept_flagged)
+        except BaseException:
+            backend.close()
+            raise
+        session.backend = backend
+        session.store.profile_path.write_text(profile.model_dump_json(indent=2, by_alias=True) + "\n",
+                                              encoding="utf-8")
+        session.record.device_name, session.record.forward_ms = profile.device_name, profile.forward_ms
+        session.store.save()
+        self.call_from_thread(self.start_optimize, session)
 
     def _ask_replace(self, task: Path, path: str, source: str) -> None:
         def answered(yes: bool | None) -> None:
@@ -118,4 +145,6 @@ def profile_tui(model_file: ModelFile, config: RunConfig, settings: EvalSettings
     app = ProfileApp(model_file, config, settings, forwards=forwards, registry=registry, exit_on_start_error=True,
                      handle_signals=True)
     app.run()
+    if app.optimize is not None:
+        return close_optimize(app)
     return _close(app, finish.Outputs(), registry)

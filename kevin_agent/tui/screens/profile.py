@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 from ...errors import KevinError
 from ...formatting import counted
 from ...model.records import ModelProfile, ModuleGroup
+from ...model.choose import choose
 from ...model.table import COLUMNS, RIGHT, cells, short_summary
 
 NARROW = ("#", "module", "ms/fwd", "share", "amdahl", "saves", "note")
@@ -35,21 +36,27 @@ class ProfileScreen(Screen):
     ProfileScreen #profile-summary { height: auto; max-height: 2; padding: 0 1; background: $panel; }
     ProfileScreen #modules { height: 1fr; }
     ProfileScreen #module-detail { height: auto; max-height: 7; padding: 0 1; border-top: solid $primary; }
+    ProfileScreen #plan { height: auto; max-height: 2; padding: 0 1; background: $panel; }
     """
     BINDINGS = [
         Binding("enter", "choose", "Extract + run", tooltip="Extract the module into a task file and start a run",
                 priority=True),
+        Binding("o", "optimize", "Optimize all",
+                tooltip="Optimize every group of the plan under the table: a run each, installed together, one commit"),
         Binding("g", "profile", "Profile again"),
     ]
 
     def __init__(self, model_name: str, profile: Callable[[], ModelProfile],
-                 choose: Callable[[ModuleGroup], None]) -> None:
+                 choose: Callable[[ModuleGroup], None],
+                 optimize: Callable[[ModelProfile], None] | None = None) -> None:
         """``profile()`` profiles the model (it blocks: it runs in a thread); ``choose(group)`` is
-        called, in a thread, with the group the person picked."""
+        called, in a thread, with the group the person picked; ``optimize(profile)``, in a thread,
+        when the person asks for the whole plan."""
         super().__init__(id="profile")
         self.model_name = model_name
         self._profile = profile
         self._choose = choose
+        self._optimize = optimize
         self.profile: ModelProfile | None = None
         self.busy = ""
 
@@ -58,6 +65,7 @@ class ProfileScreen(Screen):
                      id="profile-summary")
         yield DataTable(id="modules", cursor_type="row", zebra_stripes=True)
         yield Static("", id="module-detail")
+        yield Static("", id="plan")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -99,6 +107,7 @@ class ProfileScreen(Screen):
             table.move_cursor(row=profile.groups.index(profile.ranked_groups[0]))
         table.focus()
         self._detail(self.selected())
+        self.query_one("#plan", Static).update(plan_words(profile))
 
     def selected(self) -> ModuleGroup | None:
         if self.profile is None or not self.profile.groups:
@@ -126,6 +135,23 @@ class ProfileScreen(Screen):
         self.query_one("#module-detail", Static).update("\n".join(lines))
 
     # --- choosing -----------------------------------------------------------------------------
+    def action_optimize(self) -> None:
+        if self._optimize is None or self.profile is None:
+            return
+        if getattr(self.app, "running", False) or self.busy:
+            self.notify(f"{self.busy or 'the run'} is under way", severity="warning")
+            return
+        if not choose(self.profile).chosen:
+            self.notify(plan_words(self.profile), severity="warning", markup=False)
+            return
+        self.busy = "starting the optimize"
+        self.say(f"{self.busy}: loading the backend once for every group's run ...")
+        self._run_optimize(self.profile)
+
+    @work(thread=True, exclusive=True, group="choose", exit_on_error=False)
+    def _run_optimize(self, profile: ModelProfile) -> None:
+        self._optimize(profile)
+
     def action_choose(self) -> None:
         m = self.selected()
         if getattr(self.app, "running", False):
@@ -172,3 +198,13 @@ class ProfileScreen(Screen):
             self.query_one("#profile-summary", Static).update(f"{self.model_name}: the profile failed")
         else:
             self._detail(self.selected())
+
+
+def plan_words(profile: ModelProfile) -> str:
+    """What ``o`` would optimize: the plan's groups and what they could give the whole model."""
+    plan = choose(profile)
+    if not plan.chosen:
+        return f"o: nothing worth a kernel (no group could save {100 * plan.min_saving:.0f}% of the forward)"
+    names = ", ".join(g.name for g in plan.chosen)
+    return (f"o optimizes {len(plan.chosen)} group{'s' if len(plan.chosen) != 1 else ''}: {names} · the whole model "
+            f"{plan.at_floor:.2f}x at their floors, {plan.at_typical:.2f}x if each got {plan.typical:g}x faster")

@@ -75,8 +75,8 @@ class RunScreen(Screen):
                 tooltip="Profile the selected verified turn's kernel with Nsight Compute (an NVIDIA GPU and ncu)"),
     ]
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(id="run")
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, id: str = "run") -> None:
+        super().__init__(id=id)
         self._clock = clock
         self.state = RunState(clock)
         self.pinned: Key | None = None
