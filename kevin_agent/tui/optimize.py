@@ -249,6 +249,12 @@ class OptimizeApp(KevinApp):
         self._say(text + " (q quits)", ENDINGS.get(record.status, "$text-muted"))
 
     # --- quitting and signals -----------------------------------------------------------------
+    def on_unmount(self) -> None:
+        # However the app ends, the optimize does not go on without a screen, nor wait for an answer.
+        if self.optimize is not None and self.optimizing:
+            self.optimize.abort()
+            self._answer_consent(False)
+
     def action_quit(self) -> None:
         if self.optimize is None or not self.optimizing:
             super().action_quit()

@@ -66,6 +66,7 @@ async def test_the_one_commit_is_asked_for(tmp_path, yes):
     app = OptimizeApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30, "the question")
+        await pilot.pause()
         text = text_of(app)
         assert "commit the 1 kernel into the model?" in text and "1.31x measured" in text
         assert "layer_stack_layers_act_kevin.py" in text
@@ -90,6 +91,7 @@ async def test_no_commit_asks_to_write(tmp_path):
     app = OptimizeApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30, "the question")
+        await pilot.pause()
         text = text_of(app)
         assert "write the 1 kernel into the model?" in text and "not committed (--no-commit)" in text
         await pilot.press("n")
