@@ -171,3 +171,47 @@ async def test_the_header_names_each_time_and_toasts_stay_off_the_table(model_di
         rows = table.region.y + 1 + table.row_count  # its header row and its rows
         toast = app.screen.query_one(Toast).region
         assert toast.y >= rows and toast.x == 0 and toast.width == 80
+
+
+async def test_o_optimizes_the_plan_shown_on_the_profile_shown(model_dir):
+    """`o` starts the optimize of the plan under the table, on the profile the screen shows (not
+    profiled again), with the backend made first; the model screen takes over."""
+    from kevin_agent.model.records import ModelProfile
+
+    shown = example_profile()
+    app = scripted_app(model_dir)
+    app.profile_screen = ProfileScreen("mlp_block.py", lambda: shown, lambda m: None, app.optimize_all)
+    started = []
+    app.start_optimize = started.append  # made below, not driven
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.profile_screen.profile is not None)
+        await pilot.pause()
+        text = "\n".join(screen_lines(app))
+        assert "o optimizes 2 groups: act, norm" in text
+        assert "o" in offered_keys(app)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: started, 60, "the optimize to start")
+    session = started[0]
+    try:
+        assert session.backend is not None  # made once, before anything was recorded
+        assert ModelProfile.model_validate_json(session.store.profile_path.read_text()) == shown
+        assert session.record.model_file == str(model_dir / "mlp_block.py") and session.record.groups == []
+    finally:
+        session.close()
+
+
+async def test_o_without_a_backend_is_said_on_the_profile_screen(model_dir):
+    config = load_config({"device": "cpu"})
+    app = ProfileApp(load_model_file(model_dir / "mlp_block.py"), config, config.eval_settings("cpu"), forwards=2)
+    app.profile_screen = ProfileScreen("mlp_block.py", example_profile, lambda m: None, app.optimize_all)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: app.profile_screen.profile is not None)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: app.profile_screen.query_one("#module-detail").render().plain.startswith(
+            "the run cannot start"), 120, "the start to fail")
+        assert app.screen is app.profile_screen and app.optimize is None
+        said = " ".join(" ".join(n.message.split()) for n in app._notifications)
+        assert "vLLM is not installed" in said and "kevin-opt profile" in said
+        assert not (model_dir / ".kevin").exists()  # nothing recorded
+        await pilot.press("q")
+    assert app.return_code == 0

@@ -208,3 +208,24 @@ async def profile_with_a_notice(pilot) -> None:
 @sizes
 def test_profile_screen(snap_compare, tmp_path, size):
     assert snap_compare(profile_app(tmp_path), terminal_size=size, run_before=profile_with_a_notice)
+
+
+def model_app(tmp_path):
+    """The model screen of a recorded optimize, held in its second group's run."""
+    from kevin_agent.tui.optimize import OptimizeApp
+
+    from .optimize_replay import ReplaySession
+
+    return OptimizeApp(ReplaySession(tmp_path, hold=True), clock=lambda: 0.0)
+
+
+async def model_mid_way(pilot) -> None:
+    from ..tui_support import screen_lines, wait_for
+
+    await wait_for(pilot, lambda: "running turn 3/4" in "\n".join(screen_lines(pilot.app)), 30, "the second run")
+    await pilot.pause()
+
+
+@sizes
+def test_model_screen(snap_compare, tmp_path, size):
+    assert snap_compare(model_app(tmp_path), terminal_size=size, run_before=model_mid_way)

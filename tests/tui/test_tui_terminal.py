@@ -128,3 +128,33 @@ def test_quit_mid_run_starts_nothing_after_yes(project, build_cache):
     assert "Continue with: kevin-opt resume " + info["run_id"] in term.output
     assert project.settled() == []
     assert not any(Path(project.root).glob("affine_kevin*"))  # quitting delivers nothing
+
+
+@pytest.mark.slow
+def test_optimize_on_a_terminal_opens_the_model_screen_and_sigterm_leaves_it_resumable(project):
+    """`kevin-opt optimize` on a terminal draws the model screen; SIGTERM while the first group's run
+    builds ends it as headless does: exit 143, the record interrupted and resumable, nothing left running."""
+    from ..conftest import EXAMPLES
+
+    (project.root / "layer_stack.py").write_text((EXAMPLES / "layer_stack.py").read_text())
+    (project.root / "responses").mkdir()
+    for f in (EXAMPLES / "layer_stack_responses").iterdir():
+        (project.root / "responses" / f.name).write_text(f.read_text())
+    term = Terminal(project, "optimize", "layer_stack.py", "--device", "cpu", "--backend", "scripted",
+                    "--responses", "responses", "--turns", "3", "--trajectories", "1", size=(80, 24))
+    try:
+        project.wait_for_compiler(timeout=600)  # the first group's first turn builds, and never finishes
+        wait_until(lambda: "running turn 1/3" in term.output, 30, "the model screen's row")
+        term.proc.send_signal(signal.SIGTERM)
+        code = term.wait(timeout=120)
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert code == 128 + signal.SIGTERM, term.output
+    assert "layers.*.act x3" in term.output and "whole model" in term.output  # the screen, not lines
+    (path,) = project.root.glob(".kevin/runs/opt-*/optimize.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "interrupted" and record["exit_code"] == 143
+    assert record["groups"][0]["run_id"] and record["groups"][0]["state"] == "running"
+    assert "Continue with: kevin-opt resume " + record["optimize_id"] in term.output
+    assert project.settled() == []
