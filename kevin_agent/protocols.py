@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from .events import Event
 from .results import Confirmation, EvalResult, RunInfo, Stage, TurnRecord
+from .results.bench import TaskResult as BenchTaskResult
 from .results.device import DeviceFacts
 from .task import TaskProbe
 
@@ -213,3 +214,21 @@ class Reporter(Protocol):
     def write(self, path: Path, info: RunInfo, records: Sequence[TurnRecord], best: TurnRecord | None) -> None:
         """Write the file for the run as it ended (``best``: the winner's turn, or None)."""
         ...
+
+
+@runtime_checkable
+class BenchSink(Protocol):
+    """What a front end hears of a bench (``bench/``): its tasks as they start and end, and each
+    task's own run events (``task_id`` first; many tasks may run at once on Ray)."""
+
+    def bench_started(self, bench_id: str, bench_dir: Path, tasks: int, done: int, where: str) -> None: ...
+
+    def task_started(self, task_id: str) -> None: ...
+
+    def task_event(self, task_id: str, event: Event) -> None: ...
+
+    def task_finished(self, result: BenchTaskResult, recorded: bool) -> None:
+        """``recorded``: False when the task already had a result (a copy that ran again)."""
+        ...
+
+    def note(self, text: str) -> None: ...

@@ -15,6 +15,7 @@ from ..results.winner import best_of_run, confirmed_turns
 from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
 from .progress import ProgressPrinter, turn_error, turn_line
+from .stored import KINDS, kind_of
 from ..registry import Registry
 from ..results import Status
 from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
@@ -30,13 +31,21 @@ def config_overrides(args) -> dict[str, Any]:
 def dispatch(args, registry: Registry) -> int:
     if args.command == "run":
         return cmd_run(args, registry)
+    if args.command == "bench":
+        from .bench_commands import cmd_bench
+
+        return cmd_bench(args, registry)
     if args.command == "resume":
+        if (kind := kind_of(args.run_id, args)) is not None:
+            return kind.resume(args, registry)
         return cmd_run(args, registry, resume=True)
     if args.command == "check":
         return cmd_check(args, registry)
     if args.command == "history":
         return cmd_history(args, registry)
     if args.command == "show":
+        if (kind := kind_of(args.run_id, args)) is not None:
+            return kind.show(args)
         return cmd_show(args)
     raise UsageError(f"unknown command {args.command!r}")
 
@@ -172,13 +181,17 @@ def cmd_history(args, registry: Registry) -> int:
 
         return history_tui(root, registry)
     runs = list_runs(root)
+    others = {kind.json_field: kind.entries(args) for kind in KINDS}
     if args.json_out:
         print(to_json(HistoryRecord(runs=[
             HistoryEntry(run_id=i.run_id, task=i.task.name, created_at=i.created_at, status=i.status,
                          turns_done=len(r), best_speedup=i.best.speedup if i.best else None,
                          best_confirmed=bool(i.best and i.best.confirmation), commit=i.commit, delivery=i.delivery)
-            for i, r in runs])), end="")
+            for i, r in runs], **others)), end="")
         return ExitCode.OK
+    for kind in KINDS:
+        if lines := kind.lines(others[kind.json_field]):
+            print("\n".join(lines) + "\n")
     if not runs:
         print(f"no runs in {root}")
         return ExitCode.OK
@@ -196,6 +209,11 @@ def cmd_show(args) -> int:
     if args.ncu and args.turn is None:
         raise UsageError("--ncu profiles one turn's kernel", "name it with --turn N (and --trajectory T)")
     root = args.run_dir or default_runs_root()
+    if args.run_dir is None and not any(root.glob(f"{args.run_id}*/run.json")):
+        from ..bench import find_run_dir
+        from .bench_commands import benches_root
+
+        root = find_run_dir(args.run_id, benches_root(args)) or root  # a bench's task's run
     store = RunStore.open(root, args.run_id)
     info, records = store.info, store.records()
     if args.turn is None:
