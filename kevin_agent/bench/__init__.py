@@ -118,13 +118,17 @@ class Bench:
         finished = False
         try:
             if self.ray is not None:
-                finished = self.ray.run(store, self.config, sink, signals)
+                signals.detach()  # a signal is heard between two waits, not raised inside Ray's calls
+                finished = self.ray.run(store, self.config, sink, signals,
+                                        replaying=self.config.backend in self.registry.replaying)
             else:
                 from .local import run_local
 
                 finished = run_local(store, self.config, self._backend, self.registry, sink, signals)
         finally:
             self._backend.close()
+            if self.ray is not None:
+                self.ray.close()
             status = "completed" if finished and not store.pending() else "interrupted"
             store.update_info(status=status, wall_s=store.info.wall_s + time.monotonic() - started)
             store.release()
