@@ -59,7 +59,7 @@ class BenchProgress:
 def bar_line(progress: BenchProgress, width: int) -> str:
     """The live line: ``[#####-----] 3/8 done · 1 running · 0 failed · ... ETA 1:10``, cut to ``width``."""
     text = progress.summary()
-    cells = max(10, min(40, width - len(text) - 3))
+    cells = max(10, min(40, width - 1 - len(text) - 3))  # the last column stays free: no wrap
     filled = int(cells * progress.finished / progress.total) if progress.total else 0
     line = f"[{'#' * filled}{'-' * (cells - filled)}] {text}"
     return line[:max(1, width - 1)]
