@@ -41,6 +41,11 @@ def add_parser(sub, flag, positive_int, nonneg_float, choices_help) -> None:
             kw: dict = {}
             if setting in kinds:
                 kw["type"] = kinds[setting]
+                kw["metavar"] = "N" if kinds[setting] in (positive_int, int) else "X"
+            elif setting in ("search", "backend", "model", "device", "class_name"):
+                kw["metavar"] = "NAME"
+            elif setting in ("base_url", "responses"):
+                kw["metavar"] = "URL" if setting == "base_url" else "PATH"
             if setting in choices:
                 kw["choices"] = choices[setting]
             if setting in ("responses",):
@@ -78,9 +83,9 @@ def _ray(address: str | None):
 
 def cmd_bench(args, registry) -> int:
     from ..bench import Bench
-    from .commands import config_overrides
+    from ..config import given_settings
 
-    overrides = {k: v for k, v in config_overrides(args).items()}
+    overrides = given_settings(args)
     bench = Bench.new(args.paths, overrides, registry, root=benches_root(args), ray=_ray(args.ray))
     return drive(bench, args)
 

@@ -6,9 +6,8 @@ import ast
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from ..config import RunConfig, load_config
+from ..config import given_settings, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
 from ..results.winner import best_of_run, confirmed_turns
@@ -23,9 +22,7 @@ from ..results.lineage import tree_lines
 from ..store import RunStore, default_runs_root, effective_status, list_runs
 
 
-def config_overrides(args) -> dict[str, Any]:
-    """Every run setting a flag gave (None: not given); flags carry the setting's name as dest."""
-    return {name: getattr(args, name) for name in RunConfig.model_fields if getattr(args, name, None) is not None}
+config_overrides = given_settings
 
 
 def dispatch(args, registry: Registry) -> int:

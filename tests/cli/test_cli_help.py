@@ -35,7 +35,7 @@ def group_of(parser: argparse.ArgumentParser, option: str) -> str:
     raise AssertionError(f"{option} is in no group")
 
 
-@pytest.mark.parametrize("command", ["run", "resume", "check", "history", "show"])
+@pytest.mark.parametrize("command", ["run", "resume", "check", "history", "show", "bench"])
 def test_no_option_help_ends_mid_sentence(command):
     for action in options(command):
         text = (action.help or "").replace("%%", "%").strip()
