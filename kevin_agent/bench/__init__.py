@@ -25,8 +25,6 @@ from .store import BenchStore, default_benches_root, find_run_dir, list_benches
 from .table import build_table, render_markdown, write_table
 from .tasks import find_tasks
 
-PAPER_TRAJECTORIES = 16
-
 __all__ = ["Bench", "BenchStore", "build_table", "default_benches_root", "find_run_dir", "find_tasks",
            "list_benches", "render_markdown"]
 
@@ -34,7 +32,7 @@ __all__ = ["Bench", "BenchStore", "build_table", "default_benches_root", "find_r
 def _settled(config: RunConfig, backend) -> RunConfig:
     """Trajectories not given: the paper's 16 for a model served elsewhere; what fits (up to 16) for
     an engine that knows its capacity, and 1 for replayed scripts, as a run decides them."""
-    from ..backends.capacity import default_trajectories
+    from ..backends.capacity import PAPER_TRAJECTORIES, default_trajectories
 
     if config.trajectories is not None:
         return config

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 from ..config import RunConfig

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from ..errors import RunNotFound, RunUnreadable
 from ..results.bench import BENCH_SCHEMAS_READ, BenchInfo, TaskResult
-from ..store import RunLock, default_runs_root, lock_owner, now_iso
+from ..store import RunLock, default_runs_root, lock_owner, now_iso, write_atomic
 
 BENCH_JSON = "bench.json"
 TASKS_JSONL = "tasks.jsonl"
@@ -41,15 +41,6 @@ def new_bench_id(paths) -> str:
     names = "-".join(Path(p).name.removesuffix(".txt") for p in paths[:2]) or "bench"
     slug = re.sub(r"[^a-zA-Z0-9]+", "-", names).strip("-").lower()[:24] or "bench"
     return f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _readable(data, path: Path) -> dict:
@@ -119,7 +110,7 @@ class BenchStore:
     # --- bench.json ---------------------------------------------------------------------
     def save_info(self) -> None:
         self.info.updated_at = now_iso()
-        _write_atomic(self.dir / BENCH_JSON, self.info.model_dump_json(indent=2) + "\n")
+        write_atomic(self.dir / BENCH_JSON, self.info.model_dump_json(indent=2) + "\n")
 
     def update_info(self, **changes) -> None:
         for key, value in changes.items():

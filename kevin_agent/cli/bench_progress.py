@@ -19,10 +19,7 @@ from typing import TextIO
 from .. import events as ev
 from ..formatting import fmt_clock, fmt_speedup
 from ..results.bench import TaskResult
-from .progress import turn_line
-
-TICK_S = 1.0
-
+from .progress import every_second, turn_line
 
 class BenchProgress:
     """Counts of a bench's tasks in this session, and the time left at the rate they have ended."""
@@ -119,22 +116,10 @@ class BenchPrinter:
     @contextlib.contextmanager
     def ticking(self) -> Iterator[BenchPrinter]:
         """Redraw the live line every second (the elapsed time and ETA move) while the block runs."""
-        done = threading.Event()
-
-        def loop() -> None:
-            while not done.wait(TICK_S):
-                try:
-                    self.redraw()
-                except (OSError, ValueError):
-                    return
-
-        thread = threading.Thread(target=loop, name="kevin-bench-progress", daemon=True)
-        thread.start()
         try:
-            yield self
+            with every_second(self.redraw, "kevin-bench-progress"):
+                yield self
         finally:
-            done.set()
-            thread.join(timeout=5)
             self.end()
 
     # --- the bench's events -----------------------------------------------------------------

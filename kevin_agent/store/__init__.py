@@ -12,7 +12,8 @@ from .runs import (
                    now_iso,
                    read_info,
                    read_records,
+                   write_atomic,
 )
 
 __all__ = ["LOCK_FILE", "RunLock", "RunStore", "default_runs_root", "effective_status", "list_runs", "lock_owner",
-           "new_run_id", "now_iso", "read_info", "read_records"]
+           "new_run_id", "now_iso", "read_info", "read_records", "write_atomic"]
