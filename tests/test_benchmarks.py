@@ -158,3 +158,15 @@ def test_roofline_benchmark_runs_on_the_cpu_and_writes_its_progress_as_it_goes(t
     assert "relu_6gb: left out on the cpu device" in log and "rmsnorm: its turn reached" in log
     # Nsight Compute cannot run here; the benchmark says why and finishes.
     assert "ncu: not run: the cpu device: Nsight Compute profiles CUDA kernels" in (out / "roofline.md").read_text()
+
+
+@pytest.mark.slow
+def test_bench_benchmark_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), "--device", "cpu", "--tasks",
+                           "rmsnorm", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| task | correct | bench: wall s | bench: eval device s | alone: wall s |" in proc.stdout
+    (row,) = json.loads((out / "bench.json").read_text())["rows"]
+    assert row["task"] == "rmsnorm" and row["correct"] and row["bench_device_s"] > 0 and row["single_device_s"] > 0
+    assert "kevin-opt: [1/1] tasks/rmsnorm: correct" in (out / "progress.log").read_text()

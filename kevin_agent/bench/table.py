@@ -77,7 +77,7 @@ def _row_cells(row: TaskResult) -> list[str]:
     return [row.task_id, "correct" if row.correct else "incorrect", per, speedup,
             fmt_speedup(row.speedup_vs_compile) if row.correct else "-",
             str(row.first_correct_turn) if row.first_correct_turn else "-",
-            f"{fmt_seconds(row.wall_s)}, {row.turns_done} turns"]
+            f"{fmt_seconds(row.wall_s)}, {row.turns_done} turn{'s' if row.turns_done != 1 else ''}"]
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -99,7 +99,7 @@ def metrics_lines(m: Metrics) -> list[str]:
     curve_head = ["fast_p", *(f"p={p_key(p)}" for p in FAST_P)]
     curve = [[f"vs {s.baseline}", *(_pct(s.fast_p[p_key(p)]) for p in FAST_P)] for s in (m.eager, m.compile) if s]
     lines = _md_table(head, rows) + [""] + _md_table(curve_head, curve)
-    if m.compile is None:
+    if m.compile is None and m.correct_tasks:
         lines.append("\ntorch.compile was not measured for every correct task (on the cpu device it is off unless "
                      "--compare-compile): no scores against it.")
     return lines

@@ -21,7 +21,7 @@ LEVEL = re.compile(r"^level\d+$")
 
 def _natural(path: Path) -> list:
     # 2_x before 10_x, as KernelBench numbers its tasks.
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.stem)]
 
 
 def _looks_like_task(path: Path) -> bool:

@@ -67,7 +67,7 @@ def result_words(result: TaskResult) -> str:
         first = (result.error or "failed").strip().splitlines()
         return f"failed: {first[0] if first else 'failed'}"
     if not result.correct:
-        return f"no verified kernel in {result.turns_done} turns"
+        return f"no verified kernel in {result.turns_done} turn{'s' if result.turns_done != 1 else ''}"
     confirmed = " confirmed" if result.confirmed else ""
     per = sum(1 for t in result.trajectories if t.correct)
     return (f"correct {fmt_speedup(result.speedup)}{confirmed} (first correct at turn {result.first_correct_turn}, "

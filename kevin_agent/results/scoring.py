@@ -111,7 +111,9 @@ def metrics(rows: Sequence[TaskResult], k: int) -> Metrics:
     n = len(rows)
     per_task = [sum(1 for t in row.trajectories if t.correct) / max(k, len(row.trajectories), 1) for row in rows]
     eager = _scores(rows, k, "eager", lambda r: r.speedup, lambda t: t.speedup)
-    compiled = _scores(rows, k, "torch.compile", lambda r: r.speedup_vs_compile, lambda t: t.speedup_vs_compile)
+    measured = any(r.correct and r.speedup_vs_compile is not None for r in rows)
+    compiled = _scores(rows, k, "torch.compile", lambda r: r.speedup_vs_compile,
+                       lambda t: t.speedup_vs_compile) if measured else None
     assert eager is not None  # a correct task always has its speedup
     return Metrics(tasks=n, k=k, correct_tasks=sum(1 for row in rows if row.correct),
                    correct_best_at_k=_mean([1.0 if row.correct else 0.0 for row in rows]),

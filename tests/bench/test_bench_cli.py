@@ -70,3 +70,41 @@ def test_an_unreachable_ray_head_or_endpoint_exits_3_before_any_task(tmp_path):
                  f"http://127.0.0.1:{port}/v1", "--headless", cwd=repo, env={"KEVIN_RETRIES": "0"})
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and no_bench(repo)
+
+
+def test_on_a_terminal_the_bench_draws_one_live_line(tmp_path):
+    """A real pseudo-terminal: the live line (a bar, the counts, the ETA) is redrawn in place, and a
+    line per finished task is printed above it; no per-turn lines."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    repo = project(tmp_path)
+    shutil.copy(repo / "tasks" / "softmax.py", repo / "tasks" / "softmax2.py")
+    shutil.copy(repo / "responses" / "softmax.jsonl", repo / "responses" / "softmax2.jsonl")
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEVIN_") or k == "KEVIN_CACHE_DIR"}
+    env.pop("CI", None)
+    env.update(TERM="xterm-256color", COLUMNS="120")
+    proc = subprocess.Popen([sys.executable, "-m", "kevin_agent.cli", "bench", "tasks", "--device", "cpu",
+                             "--backend", "scripted", "--responses", "responses", "--turns", "1"], cwd=repo, env=env,
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=600) == 0
+    os.close(master)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    (tmp_path / "screen.txt").write_text(text)
+    assert "\r\x1b[K[" in text and "2/2 done · 0 running · 0 failed" in text
+    assert "[2/2] tasks/softmax2: no verified kernel in 1 turn" in text
+    assert "turn 1/1]" not in text  # the turns are the headless lines' business
+    assert "| tasks/softmax | incorrect |" in text
