@@ -86,6 +86,7 @@ class Bench:
             if ray is not None:
                 ray.connect()
             backend = cls._check_backend(config, registry, ray)
+            store.update_info(where=ray.where if ray is not None else "local")
         except BaseException:
             store.release()
             raise

@@ -108,3 +108,28 @@ def test_on_a_terminal_the_bench_draws_one_live_line(tmp_path):
     assert "[2/2] tasks/softmax2: no verified kernel in 1 turn" in text
     assert "turn 1/1]" not in text  # the turns are the headless lines' business
     assert "| tasks/softmax | incorrect |" in text
+
+
+def test_history_lists_benches_beside_runs_and_show_prints_a_benchs_table(tmp_path):
+    from kevin_agent.bench.store import BenchStore
+    from kevin_agent.bench.table import write_table
+    from kevin_agent.results.bench import BenchInfo, BenchTask, TaskResult
+
+    repo = project(tmp_path)
+    info = BenchInfo(bench_id="bench-20250101-000000-tasks-abcd", created_at="2025-01-01T00:00:00+00:00",
+                     paths=["tasks"], tasks=[BenchTask(task_id="tasks/softmax", path=str(repo / "tasks/softmax.py"))],
+                     device="cpu", backend="scripted", model="scripted", trajectories=1, turns=1)
+    store = BenchStore.create(repo / ".kevin" / "benches", info)
+    store.record(TaskResult(task_id="tasks/softmax", path=info.tasks[0].path, status="failed", error="no Model"))
+    store.update_info(status="completed")
+    store.release()
+    write_table(store)
+    plain = kevin("history", "--plain", cwd=repo)
+    assert plain.returncode == 0, plain.stderr
+    assert "bench-20250101-000000-tasks-abcd" in plain.stdout and " completed " in plain.stdout
+    assert "1/1" in plain.stdout and "no runs in" in plain.stdout
+    shown = kevin("show", "bench-20250101", cwd=repo)  # a unique prefix, as for runs
+    assert shown.returncode == 0, shown.stderr
+    assert "| tasks/softmax | failed |" in shown.stdout and "fast_p" in shown.stdout
+    missing = kevin("show", "bench-nope", cwd=repo)
+    assert missing.returncode == 2 and "no bench 'bench-nope'" in missing.stderr
