@@ -48,8 +48,11 @@ def _settled(config: RunConfig, backend) -> RunConfig:
 class Bench:
     """A bench being driven by this process: its store, its settings, where its tasks run."""
 
-    def __init__(self, store: BenchStore, config: RunConfig, registry: Registry, ray) -> None:
+    def __init__(self, store: BenchStore, config: RunConfig, registry: Registry, ray, backend) -> None:
+        """``backend``: made and checked once; the tasks on this machine share it (on Ray each task
+        opens its own, and this one only checked that the endpoint answers)."""
         self.store, self.config, self.registry, self.ray = store, config, registry, ray
+        self._backend = backend
 
     @classmethod
     def new(cls, paths: Sequence[Path], overrides: dict, registry: Registry, *, root: Path, ray=None) -> Bench:
@@ -71,9 +74,7 @@ class Bench:
         except BaseException:
             backend.close()
             raise
-        bench = cls(store, config, registry, ray)
-        bench._backend = backend
-        return bench
+        return cls(store, config, registry, ray, backend)
 
     @classmethod
     def resumed(cls, bench_id: str, registry: Registry, *, root: Path, ray=None) -> Bench:
@@ -90,9 +91,7 @@ class Bench:
         except BaseException:
             store.release()
             raise
-        bench = cls(store, config, registry, ray)
-        bench._backend = backend
-        return bench
+        return cls(store, config, registry, ray, backend)
 
     @staticmethod
     def _check_backend(config: RunConfig, registry: Registry, ray):
