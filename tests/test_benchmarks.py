@@ -160,6 +160,18 @@ def test_roofline_benchmark_runs_on_the_cpu_and_writes_its_progress_as_it_goes(t
     assert "ncu: not run: the cpu device: Nsight Compute profiles CUDA kernels" in (out / "roofline.md").read_text()
 
 
+def test_model_noise_benchmark_times_the_example_against_itself(tmp_path):
+    out = tmp_path / "noise.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "model_noise.py"), "--times", "2", "--rounds",
+                           "1", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| # | speedup (interleaved) | speedup (workers apart) |" in proc.stdout and "interleaved:   median" in proc.stdout
+    data = json.loads(out.read_text())
+    assert len(data["rows"]) == 2
+    # the "kernel" is the module's own code, installed at each of the group's three modules
+    assert all(r["kernel_calls"] == 3 and r["fallback_calls"] == 0 and r["outputs_match"] for r in data["rows"])
+
+
 @pytest.mark.slow
 def test_bench_benchmark_runs_on_the_cpu(tmp_path):
     out = tmp_path / "bench"

@@ -126,6 +126,28 @@ def test_cpu_responses_parse_as_scripted(name):
             assert not any(isinstance(n, (ast.Try, ast.Pass)) for n in ast.walk(tree)), turn
 
 
+#: The whole-model example's responses, one file per group, and what each turn is written to do.
+LAYER_STACK = {"layers.0.norm": ["parse_error", "incorrect", "correct"],
+               "layers.0.act": ["check_failed", "correct", "correct"]}
+
+
+@pytest.mark.parametrize("group", sorted(LAYER_STACK))
+def test_layer_stack_responses_are_labelled_and_parse_as_scripted(group):
+    path = EXAMPLES / "layer_stack_responses" / f"{group}.jsonl"
+    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(texts) == len(LAYER_STACK[group])
+    for turn, (text, expected) in enumerate(zip(texts, LAYER_STACK[group]), start=1):
+        parsed = parse_response(text)
+        assert LABEL in parsed.reasoning, f"turn {turn} is not labelled"
+        assert (parsed.error is not None) == (expected == "parse_error"), f"turn {turn}: {parsed.error}"
+        if parsed.error is None:
+            assert "cpp_sources" in parsed.code and parsed.summary
+    # the members the files are named by are modules of the model
+    model = import_file(EXAMPLES / "layer_stack.py", "layer_stack_example").get_model()
+    assert group in dict(model.named_modules())
+    assert "layer_stack_responses" in (EXAMPLES / "README.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_cuda_responses_parse(name):
     texts = responses(name, "cuda")

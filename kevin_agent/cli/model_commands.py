@@ -24,6 +24,12 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     flag(profile, "bandwidth_gb_s", type=nonneg_float, metavar="GB_S")
     profile.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the profile as JSON")
     profile.add_argument("--plain", action="store_true", help="print the table even on a terminal")
+    plan = profile.add_argument_group("the plan printed under the table: which groups are worth a kernel")
+    plan.add_argument("--modules", type=positive_int, default=None, metavar="N",
+                      help="at most N groups (default 4)")
+    plan.add_argument("--min-saving", type=_fraction, default=None, metavar="F",
+                      help="only groups that could save at least this part of the forward (default 0.02: about "
+                           "what a whole model's timing moves when nothing changed)")
     run = profile.add_argument_group("the run a choice in the terminal UI starts")
     for setting in ("backend", "model", "base_url"):
         flag(run, setting, metavar="NAME" if setting != "base_url" else "URL")
@@ -39,27 +45,43 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     extract.add_argument("--replace", action="store_true", help="overwrite the task file if it exists")
     _device_flags(extract, flag)
 
-    install = sub.add_parser("install", help="show (or --write) the change that puts a delivered kernel in")
+    install = sub.add_parser("install", help="show (or --write) the change that puts delivered kernels in")
     install.add_argument("model_file", type=Path, metavar="MODEL")
-    install.add_argument("--kernel", type=Path, required=True, metavar="KERNEL", help="the delivered *_kevin.py")
+    install.add_argument("--kernel", type=Path, action="append", required=True, metavar="KERNEL",
+                         help="a delivered *_kevin.py (again for each kernel: --kernel A --kernel B)")
     install.add_argument("--write", action="store_true", help="write the change into the model file")
+    install.add_argument("--replace", action="store_true",
+                         help="with --write: write even though the model file has uncommitted changes (they stay "
+                              "in it; the change only adds lines)")
 
-    e2e = sub.add_parser("e2e", help="time the whole model with and without a delivered kernel")
+    e2e = sub.add_parser("e2e", help="time the whole model with and without delivered kernels")
     e2e.add_argument("model_file", type=Path, metavar="MODEL")
-    e2e.add_argument("--kernel", type=Path, required=True, metavar="KERNEL")
+    e2e.add_argument("--kernel", type=Path, action="append", required=True, metavar="KERNEL",
+                     help="a delivered *_kevin.py (again for each kernel: with several, each one's effect is "
+                          "measured and one that breaks the outputs or slows the model is dropped)")
     e2e.add_argument("--profile", dest="profile_json", type=Path, metavar="JSON",
                      help="the model's profile (kevin-opt profile --json) for Amdahl's prediction "
                           "(default: profile it now)")
     e2e.add_argument("--rounds", type=positive_int, default=None, metavar="N",
                      help="rounds of one worker without and one with the kernel (default 2)")
     e2e.add_argument("--accept-slower", action="store_true",
-                     help="exit 0 even when the kernel makes the whole model slower")
+                     help="exit 0 even when the kernels make the whole model slower")
     e2e.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the result as JSON")
     _device_flags(e2e, flag)
     for setting in ("tolerance", "atol", "rtol", "timed_runs"):
         kw = {"choices": ["strict", "kernelbench"]} if setting == "tolerance" else {
             "type": positive_int if setting == "timed_runs" else nonneg_float}
         flag(e2e, setting, **kw)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a part of the forward (0 <= F < 1, e.g. 0.02 for 2%)")
+    return value
 
 
 def _device_flags(p: argparse.ArgumentParser, flag) -> None:
@@ -88,6 +110,7 @@ def dispatch(args) -> int:
 
 
 def cmd_profile(args, model_file) -> int:
+    from ..model.choose import DEFAULT_MIN_SAVING, DEFAULT_MODULES, choose, plan_lines
     from ..model.profile import DEFAULT_FORWARDS, profile_model
     from ..model.table import signature_lines, summary_lines, table_lines
 
@@ -99,19 +122,29 @@ def cmd_profile(args, model_file) -> int:
     note(f"profiling {model_file.given} on {settings.device} (a worker: warm-up, then the profiler)")
     profile = profile_model(model_file, settings, forwards=args.forwards or DEFAULT_FORWARDS, timeout_s=args.timeout)
     width = max(80, min(160, _columns()))
-    print("\n".join([*summary_lines(profile), "", *table_lines(profile, width), "", *signature_lines(profile)]))
-    if profile.ranked:
-        top = profile.ranked[0]
-        print(f"\nnext: kevin-opt extract {model_file.given} --module {top.path} -o {_stem(model_file, top.path)}")
+    print("\n".join([*summary_lines(profile), "", *table_lines(profile, width), "", *signature_lines(profile), "",
+                     *plan_lines(choose(profile, modules=args.modules or DEFAULT_MODULES,
+                                        min_saving=DEFAULT_MIN_SAVING if args.min_saving is None else args.min_saving))]))
+    if profile.ranked_groups:
+        top = profile.ranked_groups[0]
+        print(f"\nnext: kevin-opt extract {model_file.given} --module {top.path} -o {_stem(model_file, top.members)}")
     if args.json_path:
         write_json(args.json_path, profile)
     return ExitCode.OK
 
 
-def _stem(model_file, path: str) -> str:
+def _stem(model_file, members: list[str]) -> str:
     from ..model.extract import default_task_path
 
-    return default_task_path(model_file, path).name
+    return default_task_path(model_file, members).name
+
+
+def _shown(path: Path) -> Path:
+    """``path`` as the person would type it: relative to where they are, when it is below it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def _columns() -> int:
@@ -122,6 +155,7 @@ def _columns() -> int:
 
 def cmd_extract(args, model_file) -> int:
     from ..model.extract import extract_task
+    from ..model.groups import group_name
 
     _, settings = _settings(args)
     target = extract_task(model_file, args.module, args.output, settings, replace=args.replace,
@@ -129,9 +163,18 @@ def cmd_extract(args, model_file) -> int:
     from ..model.marks import extracted_from
 
     meta = extracted_from(target.read_text(encoding="utf-8"))
+    target = _shown(target)
     sigs = "; ".join(f"{s.key} x{s.calls}" for s in meta.signatures)
-    print(f"wrote {target}: `{meta.module or '(the whole model)'}` ({meta.class_name}) by its {meta.capture} capture, "
-          "checked bit for bit against the module on every recorded input")
+    if len(meta.paths) > 1:
+        print(f"wrote {target}: `{group_name(meta.paths)}` ({meta.class_name}), one task for {len(meta.paths)} "
+              f"identical modules, by the {meta.capture} capture of {meta.module}, checked bit for bit against "
+              f"each of them ({', '.join(meta.paths)}) on its own weights and every recorded input")
+    else:
+        print(f"wrote {target}: `{meta.module or '(the whole model)'}` ({meta.class_name}) by its {meta.capture} "
+              "capture, checked bit for bit against the module on every recorded input")
+    for path, why in meta.not_members.items():
+        print(f"left out: {path} looks the same but the task does not reproduce it ({why}); it keeps its "
+              "original forward")
     print(f"signatures (calls per forward): {sigs}")
     print(f"next: kevin-opt {target} --device {settings.device}")
     return ExitCode.OK
@@ -141,11 +184,13 @@ def cmd_install(args, model_file) -> int:
     from ..delivery.install import plan_change, write_change
 
     change = plan_change(model_file, args.kernel)
-    if change.already:
+    if change.done:
         print(f"{model_file.given} already installs {change.stem}")
         return ExitCode.OK
+    if change.already:
+        print(f"{model_file.given} already installs {', '.join(change.already)}")
     if args.write:
-        write_change(model_file, change)
+        write_change(model_file, change, replace=args.replace)
         print(f"wrote the change into {model_file.given}:\n{change.diff}")
         return ExitCode.OK
     if change.new_text is not None:
@@ -175,12 +220,17 @@ def cmd_e2e(args, model_file) -> int:
     else:
         note(f"profiling {model_file.given} for Amdahl's prediction (pass --profile JSON to reuse one)")
         profile = profile_model(model_file, settings, timeout_s=args.timeout)
-    note("timing the whole model without and with the kernel, each in fresh workers")
+    several = len(args.kernel) > 1
+    note(f"timing the whole model without and with the kernel{'s (each alone, and all but each)' if several else ''}, "
+         "each in fresh workers")
     result = measure(model_file, args.kernel, settings, profile=profile, rounds=args.rounds or DEFAULT_ROUNDS,
                      timeout_s=args.timeout)
     print("\n".join(e2e_lines(result)))
     if args.json_path:
         write_json(args.json_path, result)
+    if several and not result.kept:
+        print("no kernel kept: each one breaks the outputs or slows the whole model", file=sys.stderr)
+        return ExitCode.NONE
     if not result.outputs_match:
         return ExitCode.NONE
     if result.slower and not args.accept_slower:

@@ -1,7 +1,7 @@
 """Delivering a run: the plan (what would be written and committed, and what is refused) and
 carrying it out (``plan``, ``deliver``), the kernel module (``kernel_module``), git (``gitops``),
-the report (``report/``); and for a kernel extracted from a model, putting it back into the model
-(``install``) and timing the whole model with and without it (``e2e``)."""
+the report (``report/``); and for kernels extracted from a model, putting them back into the model
+(``install``) and timing the whole model with and without them (``e2e``)."""
 
 from .deliver import Delivery, deliver
 from .plan import (

@@ -1,12 +1,18 @@
-"""``kevin-opt e2e``: the whole model with and without a delivered kernel, each in a fresh worker.
+"""``kevin-opt e2e``: the whole model with and without delivered kernels, each side in fresh workers.
 
-The kernel is built the way the run built it, in the build cache's folder for its code (a
-cache hit when the run that made it ran here), so that importing it in the worker finds it
-built. Each round starts two workers: one runs the model as it is and writes its outputs; one
-installs the kernel, compares the model's outputs with those, and times the model with the
-kernel and without it (its guard taken out) call by call, interleaved. The speedup is the median
-of those rounds' ratios: load on a shared machine weighs on both sides of each ratio alike,
+Each kernel is built the way its run built it, in the build cache's folder for its code (a cache
+hit when the run that made it ran here), so that importing it in the worker finds it built. Each
+round starts two workers: one runs the model without the kernels and writes its outputs; one
+installs every kernel at every module it goes into, compares the model's outputs with those, and
+times the model with the kernels and without them call by call, interleaved. The speedup is the
+median of those rounds' ratios: load on a shared machine weighs on both sides of each ratio alike,
 where two workers timed apart can each meet another moment.
+
+With several kernels the worker also runs the model with each alone and with all but each, and
+times all but each beside the rest: a kernel whose presence changes the outputs, or without which
+the model is faster, is dropped with the reason, and the kept ones are measured again together.
+The prediction is Amdahl's for the combination, from each kernel's share of the forward (the
+profile's, its modules' summed) and its own confirmed speedup.
 """
 
 from __future__ import annotations
@@ -20,15 +26,16 @@ from pathlib import Path
 from ..config import EvalSettings
 from ..errors import KevinError
 from ..evaluate import compile_in
+from ..evaluate.rounds import median_interval
 from ..evaluate.toolchain import cache
 from ..model.delivered import FOOTER_MARK
-from ..model.jobs import E2ERun
+from ..model.groups import group_name
+from ..model.jobs import E2EKernel, E2ERun
 from ..model.marks import read_envelope
 from ..model.modelfile import ModelError, ModelFile
 from ..model.process import checked, run_model_job
-from ..model.ranking import amdahl
 from ..model.records import InstallEnvelope, ModelProfile
-from ..results.records import E2EResult
+from ..results.records import E2EResult, KernelEffect
 from ..workers import scrubbed_env
 from .kernel_module import CLAIM_PREFIX, read_claim
 
@@ -48,8 +55,7 @@ def build_kernel(kernel: Path, settings: EvalSettings) -> Path:
     return folder
 
 
-def measure(model_file: ModelFile, kernel: Path, settings: EvalSettings, *, profile: ModelProfile | None,
-            rounds: int = DEFAULT_ROUNDS, timeout_s: float | None = None) -> E2EResult:
+def _envelope(kernel: Path, settings: EvalSettings) -> InstallEnvelope:
     env = read_envelope(kernel)
     if env is None:
         raise ModelError(f"{kernel}: is not a kernel module that installs itself",
@@ -57,41 +63,126 @@ def measure(model_file: ModelFile, kernel: Path, settings: EvalSettings, *, prof
     if env.device != settings.device:
         raise ModelError(f"{kernel}: was verified on {env.device}, not {settings.device}",
                          f"pass --device {env.device}")
+    return env
+
+
+def measure(model_file: ModelFile, kernels: Path | list[Path], settings: EvalSettings, *,
+            profile: ModelProfile | None, rounds: int = DEFAULT_ROUNDS, timeout_s: float | None = None) -> E2EResult:
+    """The whole model with every kernel in ``kernels`` and without them; with several, each one's
+    effect, and those that break the outputs or slow the model dropped."""
+    kernels = [kernels] if isinstance(kernels, Path) else list(kernels)
+    if len({k.stem for k in kernels}) != len(kernels):
+        raise ModelError("a kernel module is given twice", "pass each kernel module once")
     started = time.monotonic()
-    folder = build_kernel(kernel, settings)
-    limit = timeout_s or settings.run_timeout_s
+    envs = [_envelope(k, settings) for k in kernels]
+    jobs = [E2EKernel(path=str(k.resolve()), stem=k.stem, members=env.paths, build_dir=str(build_kernel(k, settings)))
+            for k, env in zip(kernels, envs)]
+    claims = [read_claim(k) for k in kernels]
+    shares = [_share(profile, env) for env in envs]
+    effects = [KernelEffect(kernel_file=str(k), module=group_name(env.paths), members=env.paths, share=share,
+                            module_speedup=claim.speedup if claim else None)
+               for k, env, share, claim in zip(kernels, envs, shares, claims)]
+    kept = list(range(len(kernels)))
+    while True:
+        base, with_kernels = _rounds(model_file, [jobs[i] for i in kept], settings, rounds,
+                                     timeout_s or settings.run_timeout_s)
+        _record(effects, kept, with_kernels)
+        drop = _to_drop(effects, kept, with_kernels) if len(kept) > 1 else {}
+        for i, why in drop.items():
+            effects[i].dropped = why
+        if not drop or len(drop) == len(kept):
+            break
+        kept = [i for i in kept if i not in drop]
+    kept = [i for i in kept if not effects[i].dropped] or kept
+    return _result(model_file, settings, profile, [effects[i] for i in kept], effects, base, with_kernels, rounds,
+                   time.monotonic() - started)
+
+
+def _share(profile: ModelProfile | None, env: InstallEnvelope) -> float | None:
+    if profile is None:
+        return None
+    found = [profile.module(p) for p in env.paths]
+    return sum(m.share for m in found) if found and all(m is not None for m in found) else None
+
+
+def _rounds(model_file: ModelFile, jobs: list[E2EKernel], settings: EvalSettings, rounds: int,
+            limit: float) -> tuple[list[E2ERun], list[E2ERun]]:
     base: list[E2ERun] = []
-    with_kernel: list[E2ERun] = []
+    with_kernels: list[E2ERun] = []
     with tempfile.TemporaryDirectory(prefix="kevin-e2e-") as scratch:
-        outputs = str(Path(scratch) / "outputs.pt")
-        job = {"mode": "e2e", "settings": settings, "model_path": str(model_file.path), "modules": [env.module],
-               "outputs_path": outputs}
-        # Both with the build's folder: a model file that installs the kernel itself imports it in both.
-        built = {"TORCH_EXTENSIONS_DIR": str(folder)}
+        job = {"mode": "e2e", "settings": settings, "model_path": str(model_file.path), "kernels": jobs,
+               "outputs_path": str(Path(scratch) / "outputs.pt")}
         for _ in range(rounds):
-            base.append(_run(job, model_file, limit, built).e2e)
-            with_kernel.append(_run({**job, "kernel_path": str(kernel.resolve())}, model_file, limit, built).e2e)
+            base.append(_run(job, model_file, limit).e2e)
+            with_kernels.append(_run({**job, "with_kernels": True}, model_file, limit).e2e)
+    return base, with_kernels
+
+
+def _record(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) -> None:
+    """What the kept kernels did in the last measurement."""
+    for j, i in enumerate(kept):
+        mine = [r.kernels[j] for r in runs]
+        effect = effects[i]
+        effect.kernel_calls, effect.fallback_calls = mine[0].kernel_calls, mine[0].fallback_calls
+        if len(kept) == 1:  # alone in the model: the whole model's outputs are its own
+            bad_run = next((r for r in runs if not r.outputs_match), None)
+            effect.outputs_match, effect.mismatch = bad_run is None, bad_run.mismatch if bad_run else ""
+        else:
+            bad = next((m for m in mine if not m.alone_match), None)
+            effect.outputs_match, effect.mismatch = bad is None, bad.alone_mismatch if bad else ""
+        pooled = [r for m in mine for r in m.ratios]
+        effect.contribution = statistics.median(pooled) if pooled else None
+        effect.contribution_interval = list(median_interval(pooled)) if pooled else None
+
+
+def _to_drop(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) -> dict[int, str]:
+    """The kept kernels to leave out, and why: those whose presence alone changes the outputs; where
+    only all of them together do, one without which they match; else, of those without which the
+    model is faster beyond the noise, the one it is the most faster without."""
+    drop = {i: f"the model's outputs differ with it alone: {effects[i].mismatch}"
+            for i in kept if not effects[i].outputs_match}
+    if not drop and any(not r.outputs_match for r in runs):
+        fixes = [i for j, i in enumerate(kept) if all(r.kernels[j].without_match for r in runs)]
+        if fixes:
+            drop[fixes[0]] = "the outputs differ with it and the others, and match without it"
+    # Slower beyond the noise: below 1 in every worker, and the whole interval of the pooled median
+    # below 1 (a kernel that saves little reads below 1 in about half the measurements, and a
+    # process whose allocator happens to return memory to the system slows every variant unevenly).
+    slower = [i for j, i in enumerate(kept) if (effects[i].contribution_interval or [1.0, 1.0])[1] < 1.0
+              and all((r.kernels[j].contribution or 1.0) < 1.0 for r in runs)]
+    if not drop and slower:
+        # The worst alone: beside a kernel that slows everything, another's gain is hard to see.
+        worst = min(slower, key=lambda i: effects[i].contribution)
+        drop[worst] = f"the whole model is faster without it ({effects[worst].contribution:.2f}x with it)"
+    return drop
+
+
+def _result(model_file: ModelFile, settings: EvalSettings, profile: ModelProfile | None, kept: list[KernelEffect],
+            effects: list[KernelEffect], base: list[E2ERun], with_kernels: list[E2ERun], rounds: int,
+            wall_s: float) -> E2EResult:
     baseline_ms = min(r.forward_ms for r in base)
-    kernel_ms = min(r.forward_ms for r in with_kernel)
-    module = profile.module(env.module) if profile is not None else None
-    claim = read_claim(kernel)
-    speedup = statistics.median(r.speedup for r in with_kernel)
-    share = module.share if module is not None else None
-    predicted = amdahl(share, claim.speedup) if share is not None and claim is not None else None
-    first = with_kernel[0]
-    mismatched = next((r for r in with_kernel if not r.outputs_match), None)
+    kernel_ms = min(r.forward_ms for r in with_kernels)
+    speedup = statistics.median(r.speedup for r in with_kernels)
+    several = len(effects) > 1
+    known = all(k.share is not None and k.module_speedup for k in kept)
+    share = sum(k.share for k in kept) if known else (kept[0].share if not several else None)
+    predicted = (1.0 / (1.0 - share + sum(k.share / k.module_speedup for k in kept)) if known else None)
+    first = with_kernels[0]
+    mismatched = next((r for r in with_kernels if not r.outputs_match), None)
     return E2EResult(
-        model_file=model_file.given, kernel_file=str(kernel), module=env.module, device=settings.device,
+        model_file=model_file.given, kernel_file=", ".join(k.kernel_file for k in kept),
+        module=", ".join(k.module for k in kept), device=settings.device,
         device_name=profile.device_name if profile is not None else settings.device, baseline_ms=baseline_ms,
-        kernel_ms=kernel_ms, speedup=speedup, workers_speedup=baseline_ms / kernel_ms, share=share, module_speedup=claim.speedup if claim else None,
-        predicted=predicted, outputs_match=mismatched is None, max_abs_err=first.max_abs_err,
-        max_rel_err=first.max_rel_err, mismatch=mismatched.mismatch if mismatched else "",
-        tolerance=settings.tolerance, kernel_calls=first.kernel_calls, fallback_calls=first.fallback_calls,
-        rounds=rounds, slower=speedup < 1.0, wall_s=round(time.monotonic() - started, 3))
+        kernel_ms=kernel_ms, speedup=speedup, workers_speedup=baseline_ms / kernel_ms, share=share,
+        module_speedup=None if several else kept[0].module_speedup, predicted=predicted,
+        outputs_match=mismatched is None, max_abs_err=first.max_abs_err, max_rel_err=first.max_rel_err,
+        mismatch=mismatched.mismatch if mismatched else "", tolerance=settings.tolerance,
+        kernel_calls=sum(k.kernel_calls for k in kept), fallback_calls=sum(k.fallback_calls for k in kept),
+        rounds=rounds, slower=speedup < 1.0, wall_s=round(wall_s, 3), kernels=effects if several else [])
 
 
-def _run(job: dict, model_file: ModelFile, limit: float, env: dict | None = None):
-    return checked(run_model_job(job, timeout_s=limit, extra_env=env), model_file)
+def _run(job: dict, model_file: ModelFile, limit: float):
+    return checked(run_model_job(job, timeout_s=limit), model_file)
 
 
 def kernel_code(path: Path, env: InstallEnvelope) -> str:

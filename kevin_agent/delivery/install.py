@@ -1,42 +1,72 @@
-"""``kevin-opt install``: the change to the person's model file that puts a delivered kernel in.
+"""``kevin-opt install``: the change to the person's model file that puts delivered kernels in.
 
-The change is one import and one wrapped return in ``get_model()``::
+For a ``get_model()`` file the change is one import per kernel module and the returned model
+wrapped in each module's ``install``::
 
     import mlp_block_act_kevin
     ...
     return mlp_block_act_kevin.install(MLPBlock(128, 512).eval())
 
+A KernelBench-format file (``class Model``, ``get_init_inputs()``, no ``get_model()``) is built by
+whoever imports it (KernelBench's harness: ``Model(*get_init_inputs())``), so the change is a block
+appended at its end: the kernel modules imported, the original class kept as
+``KevinOriginalModel``, and ``Model`` bound to a subclass that installs every kernel when it is
+built. Adding kernels later rewrites that block with all of them.
+
 It is shown as a diff; only ``--write`` writes it, and never into a file with uncommitted changes
-(those are the person's) or a file whose ``get_model()`` has more than one return.
+(those are the person's) unless ``--replace`` is given, nor into a file whose ``get_model()`` has
+more than one return.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..model.groups import group_name
 from ..model.marks import read_envelope
 from ..model.modelfile import ModelError, ModelFile
 from . import gitops
 
+BLOCK_START = "# --- kevin-opt: the kernels installed into Model "
+BLOCK_END = "# --- end of the kernels kevin-opt installed ---"
+ORIGINAL = "KevinOriginalModel"
+
 
 @dataclass
 class Change:
-    kernel: Path
-    stem: str
-    module: str
+    kernels: list[Path]
+    stems: list[str]
+    """The kernel modules' import names, in the order given."""
+    modules: list[str]
+    """What each goes into (a group's name for a kernel installed at several modules)."""
     new_text: str | None
-    """The model file with the change (None where there is no get_model() to change)."""
+    """The model file with the change (None where there is nothing to change, or no way to)."""
     diff: str
-    already: bool = False
+    already: list[str] = field(default_factory=list)
+    """The stems the model file installs already."""
     why_not: str = ""
     """Why the change cannot be written (shown beside the lines to add by hand)."""
 
+    @property
+    def stem(self) -> str:
+        return ", ".join(self.stems)
+
+    @property
+    def module(self) -> str:
+        return ", ".join(self.modules)
+
+    @property
+    def done(self) -> bool:
+        """Every kernel is installed by the file already."""
+        return len(self.already) == len(self.stems)
+
     def usage(self) -> list[str]:
         """The lines a person adds where the model is built, when no diff can be made."""
-        return [f"import {self.stem}", f"model = {self.stem}.install(model)   # model: your built model"]
+        lines = [f"import {stem}" for stem in self.stems]
+        return lines + [f"model = {stem}.install(model)   # model: your built model" for stem in self.stems]
 
 
 def _return_of_get_model(tree: ast.Module) -> ast.Return | str:
@@ -63,22 +93,53 @@ def _import_line_index(tree: ast.Module) -> int:
     return last
 
 
-def plan_change(model_file: ModelFile, kernel: Path) -> Change:
-    env = read_envelope(kernel)
-    if env is None:
-        raise ModelError(f"{kernel}: is not a kernel module that installs itself",
-                         "pass the *_kevin.py delivered by a run on a task that kevin-opt extract wrote")
-    stem = kernel.stem
+def _envelopes(kernels: list[Path]):
+    envs = []
+    for kernel in kernels:
+        env = read_envelope(kernel)
+        if env is None:
+            raise ModelError(f"{kernel}: is not a kernel module that installs itself",
+                             "pass the *_kevin.py delivered by a run on a task that kevin-opt extract wrote")
+        envs.append(env)
+    stems = [k.stem for k in kernels]
+    twice = next((s for s in stems if stems.count(s) > 1), None)
+    if twice:
+        raise ModelError(f"{twice}: given twice", "pass each kernel module once")
+    return envs
+
+
+def plan_change(model_file: ModelFile, kernels: Path | list[Path]) -> Change:
+    kernels = [kernels] if isinstance(kernels, Path) else list(kernels)
+    envs = _envelopes(kernels)
     text = model_file.path.read_text(encoding="utf-8")
-    change = Change(kernel=kernel, stem=stem, module=env.module, new_text=None, diff="")
-    if f"{stem}.install(" in text:
-        change.already = True
+    stems = [k.stem for k in kernels]
+    change = Change(kernels=kernels, stems=stems, modules=[group_name(e.paths) for e in envs], new_text=None,
+                    diff="", already=[s for s in stems if f"{s}.install(" in text])
+    if change.done:
         return change
     tree = ast.parse(text)
-    ret = _return_of_get_model(tree)
-    if isinstance(ret, str):
-        change.why_not = ret
-        return change
+    if model_file.convention == "kernelbench":
+        new = _kernelbench_text(text, [s for s in stems if s not in change.already])
+    else:
+        ret = _return_of_get_model(tree)
+        if isinstance(ret, str):
+            change.why_not = ret
+            return change
+        new = _get_model_text(text, tree, ret, [s for s in stems if s not in change.already])
+    lines = text.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    change.new_text = new
+    change.diff = "".join(difflib.unified_diff(lines, new_lines, fromfile=f"a/{model_file.name}",
+                                               tofile=f"b/{model_file.name}"))
+    away = [k.name for k in kernels if k.resolve().parent != model_file.path.parent]
+    if away:
+        change.why_not = (f"{', '.join(away)} {'is' if len(away) == 1 else 'are'} not beside {model_file.name}: the "
+                          "import finds a kernel module only where Python's path reaches it; move it there first")
+    return change
+
+
+def _get_model_text(text: str, tree: ast.Module, ret: ast.Return, stems: list[str]) -> str:
+    """The file with ``import`` lines for ``stems`` and get_model()'s return wrapped in their installs."""
     lines = text.splitlines(keepends=True)
     value = ret.value
     head = "".join(lines[:value.lineno - 1]) + lines[value.lineno - 1][:_col(lines[value.lineno - 1], value.col_offset)]
@@ -86,17 +147,41 @@ def plan_change(model_file: ModelFile, kernel: Path) -> Change:
     end = _col(tail_line, value.end_col_offset)
     expr = ast.get_source_segment(text, value)
     tail = tail_line[end:] + "".join(lines[value.end_lineno:])
-    new = head + f"{stem}.install({expr})" + tail
-    new_lines = new.splitlines(keepends=True)
+    for stem in stems:
+        expr = f"{stem}.install({expr})"
+    new_lines = (head + expr + tail).splitlines(keepends=True)
     at = _import_line_index(tree)
-    new_lines.insert(at, f"import {stem}\n")
-    change.new_text = "".join(new_lines)
-    change.diff = "".join(difflib.unified_diff(lines, new_lines, fromfile=f"a/{model_file.name}",
-                                               tofile=f"b/{model_file.name}"))
-    if kernel.resolve().parent != model_file.path.parent:
-        change.why_not = (f"{kernel.name} is not beside {model_file.name}: the import finds it only where "
-                          "Python's path reaches it; move it there first")
-    return change
+    new_lines[at:at] = [f"import {stem}\n" for stem in stems]
+    return "".join(new_lines)
+
+
+def _kernelbench_text(text: str, stems: list[str]) -> str:
+    """The file with the installation block at its end, or, where the file has one already, that
+    block written again in its place with its kernels and ``stems``."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(BLOCK_START)), None)
+    if start is None:
+        return "".join(lines).rstrip("\n") + "\n\n\n" + _block(stems)
+    end = next((i for i, ln in enumerate(lines) if i > start and ln.startswith(BLOCK_END)), len(lines) - 1)
+    before = [ln.split()[1] for ln in lines[start:end] if ln.startswith("import ")]
+    return "".join(lines[:start]) + _block(before + [s for s in stems if s not in before]) + "".join(lines[end + 1:])
+
+
+def _block(stems: list[str]) -> str:
+    installs = "".join(f"        {stem}.install(self)\n" for stem in stems)
+    return (
+        BLOCK_START + "-" * max(0, 99 - len(BLOCK_START)) + "\n"
+        "# Model is the original class with these kernels installed when it is built, each guarded to the\n"
+        "# signatures it was verified at, so that Model(*get_init_inputs()) runs them; the original class\n"
+        f"# is {ORIGINAL}. `kevin-opt install` writes this block again when kernels are added.\n"
+        + "".join(f"import {stem}  # noqa: E402\n" for stem in stems)
+        + f"\n{ORIGINAL} = Model\n\n\n"
+        f"class Model({ORIGINAL}):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        + installs
+        + BLOCK_END + "\n"
+    )
 
 
 def _col(line: str, byte_offset: int) -> int:
@@ -104,16 +189,17 @@ def _col(line: str, byte_offset: int) -> int:
     return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
 
 
-def write_change(model_file: ModelFile, change: Change) -> None:
+def write_change(model_file: ModelFile, change: Change, *, replace: bool = False) -> None:
     """Write the change into the model file; raise ``ModelError`` where it must not be written."""
-    if change.already:
+    if change.done:
         return
     if change.new_text is None or change.why_not:
         raise ModelError(f"{model_file.given}: the change cannot be written: {change.why_not}",
                          "add the lines shown by hand where your model is built")
     with gitops.opened(model_file.path) as repo:
         modified = repo is not None and gitops.path_states(repo, [model_file.path])[model_file.path] == "modified"
-    if modified:
+    if modified and not replace:
         raise ModelError(f"{model_file.given}: has uncommitted changes; they are yours and stay untouched",
-                         "commit or stash them, then run kevin-opt install --write again")
+                         "commit or stash them, then run kevin-opt install --write again (or pass --replace to "
+                         "write the change into the file as it is now)")
     model_file.path.write_text(change.new_text, encoding="utf-8")

@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 from ..task import rename_identifier
+from .groups import group_name
 from .marks import INSTALL_PREFIX, extracted_from, line
 from .records import ExtractedTask, InstallEnvelope
 
@@ -37,8 +38,9 @@ def _field(item, name: str):
 
 
 def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str], code: str) -> InstallEnvelope:
-    return InstallEnvelope(model_file=meta.model_file, module=meta.module, class_name=meta.class_name,
-                           device=device, training=meta.training, signatures=verified,
+    return InstallEnvelope(model_file=meta.model_file, module=meta.module, members=meta.members,
+                           class_name=meta.class_name,
+                           device=device, training=meta.training, any_mode=meta.any_mode, signatures=verified,
                            recorded=meta.signatures + meta.left_out, init_inputs=meta.init_inputs, seed=seed,
                            code_sha256=hashlib.sha256(code.encode()).hexdigest())
 
@@ -72,35 +74,55 @@ def install_footer(env: InstallEnvelope, kernel_code: str) -> str:
     except SyntaxError:
         taken = set()
     code, names = _guard_code(taken)
-    where = f"`{env.module}` of {env.model_file}" if env.module else f"the model of {env.model_file}"
+    where = _where(env)
     sigs = ", ".join(env.signatures) or "none"
     return "\n".join([
         "",
         "",
         FOOTER_MARK + "-" * max(0, 99 - len(FOOTER_MARK)),
         f"# install(model) makes {where} run the kernel above for calls at a signature it was verified",
-        f"# at ({sigs}) on {env.device}, in {'training' if env.training else 'eval'} mode, without autograd;",
+        f"# at ({sigs}) on {env.device}, {mode_words(env)}, without autograd;",
         "# every other call runs the module's original forward. The kernel uses the module's own parameters.",
         line(INSTALL_PREFIX, env),
         "",
         code,
         "",
         f"KEVIN_SIGNATURES = {env.signatures!r}",
+        f"KEVIN_MODULES = {env.paths!r}",
         "",
         "",
-        f"def install(model, path={env.module!r}):",
-        '    """Run the kernel in place of the submodule at ``path`` where it was verified; returns ``model``."""',
-        f"    {names['install_kernel']}(model, path, ModelNew, {env.init_inputs}, signatures=KEVIN_SIGNATURES,",
-        f"                   device={env.device!r}, training={env.training!r}, seed={env.seed!r})",
+        "def install(model, path=None):",
+        '    """Run the kernel in place of each submodule in KEVIN_MODULES (or of the one at ``path``), each on',
+        '    its own parameters, where it was verified; returns ``model``."""',
+        "    for where in KEVIN_MODULES if path is None else [path]:",
+        f"        {names['install_kernel']}(model, where, ModelNew, {env.init_inputs}, signatures=KEVIN_SIGNATURES,",
+        f"                       device={env.device!r}, training={None if env.any_mode else env.training!r}, "
+        f"seed={env.seed!r})",
         "    return model",
         "",
         "",
-        f"def uninstall(model, path={env.module!r}):",
-        '    """Give the submodule at ``path`` its original forward back; returns ``model``."""',
-        f"    {names['uninstall_kernel']}(model, path)",
+        "def uninstall(model, path=None):",
+        '    """Give each submodule in KEVIN_MODULES (or the one at ``path``) its original forward back; returns',
+        '    ``model``."""',
+        "    for where in KEVIN_MODULES if path is None else [path]:",
+        f"        {names['uninstall_kernel']}(model, where)",
         "    return model",
         "",
     ])
+
+
+def mode_words(meta: ExtractedTask | InstallEnvelope) -> str:
+    if meta.any_mode:
+        return "in either mode (its forward never reads it)"
+    return f"in {'training' if meta.training else 'eval'} mode"
+
+
+def _where(env: InstallEnvelope) -> str:
+    if not env.module:
+        return f"the model of {env.model_file}"
+    if len(env.paths) == 1:
+        return f"`{env.module}` of {env.model_file}"
+    return f"each of `{group_name(env.paths)}` ({', '.join(env.paths)}) of {env.model_file}"
 
 
 def report_section(task_path: Path, best_record, device: str, seed: int) -> list[str]:
@@ -115,16 +137,20 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
     verified = verified_signatures(meta, best_record.eval)
     others = [s.key for s in [*meta.signatures, *meta.left_out] if s.key not in verified]
     stem = f"{Path(task_path).stem}_kevin"
+    which = (f"`{meta.module or '(the whole model)'}` ({meta.class_name}) of `{meta.model_file}`. `install(model)` of "
+             "the kernel module replaces that module's forward; the kernel runs on the module's own parameters"
+             if len(meta.paths) == 1 else
+             f"`{group_name(meta.paths)}` ({meta.class_name}) of `{meta.model_file}`, {len(meta.paths)} modules that "
+             f"compute the same thing ({', '.join(f'`{p}`' for p in meta.paths)}). `install(model)` of the kernel "
+             "module replaces each one's forward; the kernel runs on each module's own parameters")
     return [
         "## Putting it back into the model", "",
-        f"The task was extracted from `{meta.module or '(the whole model)'}` ({meta.class_name}) of "
-        f"`{meta.model_file}`. `install(model)` of the kernel module replaces that module's forward; the "
-        "kernel runs on the module's own parameters for calls in this envelope, and the original forward "
+        f"The task was extracted from {which} for calls in this envelope, and the original forward "
         "runs every other call:", "",
         "| | |", "| --- | --- |",
         f"| signatures | {', '.join(f'`{k}`' for k in verified)} |",
         f"| device | {device} |",
-        f"| mode | {'training' if meta.training else 'eval'}, without autograd |",
+        f"| mode | {mode_words(meta).removeprefix('in ')}, without autograd |",
         f"| left to the original forward | {', '.join(f'`{k}`' for k in others) or 'no other signature the model uses'} |",
         "",
         f"`kevin-opt install {meta.model_file} --kernel {stem}.py` shows the change to the model file "
@@ -136,15 +162,17 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
 def install_note(env: InstallEnvelope, stem: str) -> list[str]:
     """Header lines of a kernel module that installs itself."""
     extra = [s.key for s in env.recorded if s.key not in env.signatures]
+    what = (f"`{env.module or '(the whole model)'}`" if len(env.paths) == 1 else
+            f"`{group_name(env.paths)}` ({len(env.paths)} modules, each gets it)")
     lines = [
         "",
-        f"Extracted from `{env.module or '(the whole model)'}` of {env.model_file}. Put it back into the model with",
+        f"Extracted from {what} of {env.model_file}. Put it back into the model with",
         "",
         f"    from {stem} import install",
         "    model = install(model)      # uninstall(model) undoes it",
         "",
-        f"It runs for calls at {', '.join(env.signatures)} on {env.device} ({'training' if env.training else 'eval'}"
-        " mode, no autograd);",
+        f"It runs for calls at {', '.join(env.signatures)} on {env.device} ({mode_words(env).removeprefix('in ')},"
+        " no autograd);",
         "every other call runs the original forward"
         + (f", among them the model's calls at {', '.join(extra)}." if extra else "."),
     ]

@@ -14,6 +14,18 @@ from .records import ModelProfile
 ErrorKind = Literal["", "model", "module", "capture", "fit", "environment", "kernel"]
 
 
+class E2EKernel(BaseModel):
+    """e2e: one delivered kernel module to put into the model."""
+
+    path: str
+    stem: str
+    """The name the model file imports it by."""
+    members: list[str]
+    """The modules it goes into."""
+    build_dir: str
+    """The extensions folder holding its build (``TORCH_EXTENSIONS_DIR`` while it is imported)."""
+
+
 class ModelJob(workers.Job):
     """A model worker's job; its ``settings`` (device, seed, threads, warm-up and timed runs,
     tolerance) as an evaluation has them."""
@@ -27,10 +39,12 @@ class ModelJob(workers.Job):
     """extract: the module paths to capture."""
     model_file_name: str = ""
     """extract: the model file's name as the task files should quote it."""
-    kernel_path: str = ""
-    """e2e: the kernel module to install (empty: the model as it is)."""
+    kernels: list[E2EKernel] = Field(default_factory=list)
+    """e2e: the kernel modules (taken out where the model file installs them itself, without)."""
+    with_kernels: bool = False
+    """e2e: the model with every kernel in ``kernels`` (else without any of them)."""
     outputs_path: str = ""
-    """e2e: where the model's outputs are written (without a kernel) or read to compare (with one)."""
+    """e2e: where the model's outputs are written (without the kernels) or read to compare (with them)."""
 
 
 class CapturedTask(BaseModel):
@@ -39,26 +53,52 @@ class CapturedTask(BaseModel):
     module: str
     source: str = ""
     """The task file's text."""
+    members: list[str] = Field(default_factory=list)
+    """The group the task is for, each member checked against it (``module`` among them)."""
+    not_members: dict[str, str] = Field(default_factory=dict)
+    """Instances that look the same as the group but that the task does not reproduce, and why:
+    they keep their original forward."""
     error: str = ""
     """Why no strategy captured it, naming the construct that stopped each."""
+
+
+class E2EKernelRun(BaseModel):
+    """e2e: what one kernel of several did in a worker that had them all installed."""
+
+    kernel_calls: float = 0.0
+    """Per forward, over all the modules it is installed at."""
+    fallback_calls: float = 0.0
+    """Per forward, calls at those modules that ran the original forward."""
+    alone_match: bool = True
+    """The model's outputs with this kernel alone match those without any."""
+    alone_mismatch: str = ""
+    without_match: bool = True
+    """The outputs with every other kernel but not this one match."""
+    contribution: float | None = None
+    """The median over rounds of the forward with every kernel but this one over the forward with
+    all of them (above 1: it makes the model faster). None where it is the only kernel."""
+    ratios: list[float] = Field(default_factory=list)
+    """That ratio round by round (the parent pools them over workers)."""
 
 
 class E2ERun(BaseModel):
     """e2e: one worker's forward of the whole model."""
 
     forward_ms: float
-    """Median forward (with the kernel, where one is installed)."""
+    """Median forward (with the kernels, where they are installed)."""
     plain_ms: float | None = None
-    """With a kernel: the median forward without it, timed in the same rounds."""
+    """With kernels: the median forward without any, timed in the same rounds."""
     speedup: float | None = None
-    """With a kernel: the median over rounds of the forward without it over the forward with it."""
+    """With kernels: the median over rounds of the forward without them over the forward with them."""
     outputs_match: bool = True
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mismatch: str = ""
     kernel_calls: float = 0.0
-    """Per forward."""
+    """Per forward, all kernels together."""
     fallback_calls: float = 0.0
+    kernels: list[E2EKernelRun] = Field(default_factory=list)
+    """Per kernel, in the job's order."""
 
 
 class ModelReply(workers.Reply):

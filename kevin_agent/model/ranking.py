@@ -13,12 +13,17 @@ block would always outrank the norm inside it. The ranking's key is therefore th
 the saving less its children's savings, which leaves what only a kernel for the whole module
 saves (the ops between its children, the traffic between them). The model itself is not
 ranked, and neither is a module with nothing to save (one library call, or one at its floor).
+
+What is ranked are groups (``groups``): instances that compute the same thing are one kernel's
+work, so a group's share, floor, library time and savings are its members' summed, and its rank
+is every member's.
 """
 
 from __future__ import annotations
 
 from ..evaluate.plausibility import fraction, roofline, runtime_floor
-from .records import ModelProfile, ModuleProfile
+from .groups import group_name, merged_signatures, partition
+from .records import ModelProfile, ModuleGroup, ModuleProfile
 
 MIN_SAVING = 0.001
 """Modules that could save less than this part of the forward are not ranked."""
@@ -47,8 +52,9 @@ def roofline_fraction(module: ModuleProfile, profile: ModelProfile) -> float | N
 
 
 def rank(profile: ModelProfile) -> ModelProfile:
-    """The profile with every module's share, bound, floor, headroom and savings filled in, the
-    model itself first, then the ranked modules best first, then the rest by time."""
+    """The profile with every module's share, bound, floor, headroom and savings filled in, and its
+    groups: the model itself first, then the ranked groups best first, then the rest by time (the
+    modules in the same order, each group's members together)."""
     total = profile.profiled_forward_ms
     modules = {m.path: m.model_copy() for m in profile.modules}
     for m in modules.values():
@@ -59,16 +65,62 @@ def rank(profile: ModelProfile) -> ModelProfile:
         if m.time_ms > 0 and not m.library:
             m.headroom = max(0.0, 1.0 - (m.floor_ms + m.library_ms) / m.time_ms)
         m.saving = m.share * m.headroom
+        m.rank = None
     for m in modules.values():
-        children = sum(modules[c].saving for c in m.children if c in modules)
-        m.own_saving = max(0.0, m.saving - children)
-    ranked = sorted((m for m in modules.values() if m.path and m.own_saving >= MIN_SAVING),
-                    key=lambda m: (-m.own_saving, m.path))
-    for i, m in enumerate(ranked, start=1):
-        m.rank = i
-    rest = sorted((m for m in modules.values() if m.path and m.rank is None), key=lambda m: (-m.time_ms, m.path))
-    root = [m for m in modules.values() if not m.path]
-    return profile.model_copy(update={"modules": root + ranked + rest})
+        m.own_saving = _own_saving(m, [modules[c] for c in m.children if c in modules], total)
+    groups = [group_of([modules[p] for p in members]) for members in
+              partition([(m.path, m.identity, [s.key for s in m.signatures]) for m in modules.values()])]
+    ranked = sorted((g for g in groups if g.path and g.own_saving >= MIN_SAVING), key=lambda g: (-g.own_saving, g.name))
+    for i, g in enumerate(ranked, start=1):
+        g.rank = i
+    rest = sorted((g for g in groups if g.path and g.rank is None), key=lambda g: (-g.time_ms, g.name))
+    ordered = [g for g in groups if not g.path] + ranked + rest
+    for g in ordered:
+        for path in g.members:
+            modules[path].rank, modules[path].group = g.rank, g.name
+    return profile.model_copy(update={"modules": [modules[p] for g in ordered for p in g.members],
+                                      "groups": ordered})
+
+
+def _own_saving(m: ModuleProfile, children: list[ModuleProfile], total: float) -> float:
+    """``saving`` less the children's savings. With ``time = self + sum(children's time)`` that is
+    ``self + sum(min(child time, child floor + library)) - floor - library`` over the total, which
+    is what is computed: each time is a median over forwards, and a median of sums is not the sum
+    of the medians (a forward that a busy machine interrupted inside one child would otherwise give
+    its parent a saving it does not have); the self time is taken forward by forward."""
+    if not m.children:
+        return m.saving
+    if total <= 0 or m.library:
+        return 0.0
+    kept = sum(min(c.time_ms, c.floor_ms + c.library_ms) if not c.library else c.time_ms for c in children)
+    return max(0.0, min(m.saving, (m.self_ms + kept - m.floor_ms - m.library_ms) / total))
+
+
+def group_of(members: list[ModuleProfile]) -> ModuleGroup:
+    """The group of ``members`` (ranked modules): their numbers summed."""
+    time_ms = sum(m.time_ms for m in members)
+    share = sum(m.share for m in members)
+    library = members[0].library if len({m.library for m in members}) == 1 else ""
+    floor = sum(m.floor_ms for m in members)
+    library_ms = sum(m.library_ms for m in members)
+    root = not members[0].path
+    reached = [(m.roofline * m.time_ms, m.time_ms) for m in members if m.roofline is not None]
+    return ModuleGroup(
+        name=group_name([m.path for m in members]), members=[m.path for m in members],
+        class_name=members[0].class_name, calls=sum(m.calls for m in members),
+        signatures=merged_signatures([m.signatures for m in members]), time_ms=time_ms, share=share,
+        amdahl=None if root else 1.0 / (1.0 - share) if share < 1.0 else None, library=library,
+        library_ms=library_ms, floor_ms=floor,
+        headroom=max(0.0, 1.0 - (floor + library_ms) / time_ms) if time_ms > 0 and not library else 0.0,
+        saving=sum(m.saving for m in members), own_saving=sum(m.own_saving for m in members),
+        roofline=sum(r for r, _ in reached) / sum(t for _, t in reached) if reached and sum(t for _, t in reached) > 0
+        else None)
+
+
+def groups_of(profile: ModelProfile) -> ModelProfile:
+    """A profile with its groups: as it is where it has them, else ranked again (one written
+    before groups were recorded: every module a group of its own)."""
+    return profile if profile.groups else rank(profile)
 
 
 def amdahl(share: float, module_speedup: float) -> float:

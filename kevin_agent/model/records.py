@@ -111,11 +111,56 @@ class ModuleProfile(BaseModel):
     """``saving`` less what kernels for the modules it calls could save themselves: what only a
     kernel for this module saves. The ranking's key."""
     rank: int | None = None
-    """1 for the most promising module; None for the model itself and for modules with nothing to save."""
+    """Its group's rank: 1 for the most promising group; None for the model itself and for groups
+    with nothing to save."""
+    identity: str = ""
+    """What it computes, as a digest: its classes and their source, their settings (``eps``), its
+    parameters' and buffers' shapes and dtypes, its mode. Instances with the same identity and the
+    same signatures are one group (empty: a group of its own)."""
+    group: str = ""
+    """The name of its group (``ModuleGroup.name``)."""
 
     @property
     def headline(self) -> SignatureCount | None:
         return self.signatures[0] if self.signatures else None
+
+
+class ModuleGroup(BaseModel):
+    """Module instances that compute the same thing (``groups``): one task, one kernel, installed at
+    every member on its own parameters. A module like no other is a group of one. Times, shares
+    and savings are the members' summed, per forward."""
+
+    name: str
+    """``layers.*.norm x3``: the members' paths with the part they differ in as ``*`` (where no one
+    wildcard fits, the first member's path), and how many; a group of one is its member's path."""
+    members: list[str]
+    """Their paths, in the model's order."""
+    class_name: str
+    calls: float
+    """Calls per forward, all members together."""
+    signatures: list[SignatureCount]
+    """The envelope: every signature the members use, calls summed over them, most frequent first."""
+    time_ms: float
+    share: float
+    amdahl: float | None
+    """The whole model's speedup if every member took no time at all (None: the model itself)."""
+    library: str = ""
+    library_ms: float = 0.0
+    floor_ms: float = 0.0
+    headroom: float = 0.0
+    """1 - (floor + library time) / time, over the members together."""
+    roofline: float | None = None
+    """What the members reach now together: their rooflines summed over their times summed."""
+    saving: float = 0.0
+    own_saving: float = 0.0
+    """What only a kernel for this group saves (the members' ``own_saving`` summed): the table's
+    ``saves`` and the ranking's key."""
+    rank: int | None = None
+
+    @property
+    def path(self) -> str:
+        """The first member: the one ``extract`` captures."""
+        return self.members[0] if self.members else ""
 
 
 class ModelProfile(Record):
@@ -141,13 +186,23 @@ class ModelProfile(Record):
     wall_s: float = 0.0
     modules: list[ModuleProfile]
     """The model itself first, then the ranked modules in rank order, then the rest."""
+    groups: list[ModuleGroup] = Field(default_factory=list)
+    """The same modules as groups of identical instances, ordered the same way: what the table shows."""
 
     def module(self, path: str) -> ModuleProfile | None:
         return next((m for m in self.modules if m.path == path), None)
 
+    def group_of(self, path: str) -> ModuleGroup | None:
+        """The group the module at ``path`` belongs to."""
+        return next((g for g in self.groups if path in g.members), None)
+
     @property
     def ranked(self) -> list[ModuleProfile]:
         return [m for m in self.modules if m.rank is not None]
+
+    @property
+    def ranked_groups(self) -> list[ModuleGroup]:
+        return [g for g in self.groups if g.rank is not None]
 
 
 class ExtractedTask(Versioned):
@@ -157,12 +212,22 @@ class ExtractedTask(Versioned):
     model_file: str
     """The model file's name, as the person passed it."""
     module: str
-    """The module's path in the model."""
+    """The module's path in the model (of a group: the member it was captured from)."""
+    members: list[str] = Field(default_factory=list)
+    """Every module the task computes for, each checked against it bit for bit (empty: ``module`` alone)."""
+    not_members: dict[str, str] = Field(default_factory=dict)
+    """Instances that looked the same but that the task does not reproduce, and why (they keep
+    their original forward)."""
     class_name: str
     capture: Literal["source", "fx", "export"]
     """How the forward was captured: the module's own source, torch.fx, or torch.export."""
     training: bool
-    """The module's mode when it was recorded; the installed kernel runs only in that mode."""
+    """The module's mode when it was recorded; the installed kernel runs only in that mode, unless
+    ``any_mode``."""
+    any_mode: bool = False
+    """No forward in the module reads ``self.training``: it computes the same in either mode, and so
+    may the kernel (a KernelBench harness builds its Model in training mode and runs it without
+    autograd)."""
     init_inputs: str = "[]"
     """``get_init_inputs()``'s list, as a Python literal."""
     signatures: list[SignatureUse]
@@ -172,6 +237,10 @@ class ExtractedTask(Versioned):
     """Signatures the model uses that the task does not cover: a captured graph holds the other
     arguments at the headline's values, and these pass others. Their calls keep the original forward."""
 
+    @property
+    def paths(self) -> list[str]:
+        return self.members or [self.module]
+
 
 class InstallEnvelope(Versioned):
     """Where a delivered kernel may run in the model (its ``# kevin-opt-install:`` line)."""
@@ -179,10 +248,14 @@ class InstallEnvelope(Versioned):
     schema_: int = schema_field(TASK_SCHEMA, "schema_version")
     model_file: str
     module: str
+    members: list[str] = Field(default_factory=list)
+    """Every module it installs itself at (empty: ``module`` alone)."""
     class_name: str
     device: str
     """The device type it was verified on."""
     training: bool
+    any_mode: bool = False
+    """It may run in either mode (``ExtractedTask.any_mode``)."""
     signatures: list[str]
     """The signatures it was verified at; every other call runs the original forward."""
     recorded: list[SignatureUse] = Field(default_factory=list)
@@ -191,3 +264,31 @@ class InstallEnvelope(Versioned):
     seed: int = 0
     code_sha256: str = ""
     """sha256 of the kernel's code as the run built it (the build cache is keyed by that text)."""
+
+    @property
+    def paths(self) -> list[str]:
+        return self.members or [self.module]
+
+
+class SkippedGroup(BaseModel):
+    name: str
+    why: str
+
+
+class KernelPlan(BaseModel):
+    """Which groups of a model are worth a kernel (``choose``), and what the whole model could gain."""
+
+    chosen: list[ModuleGroup]
+    """In the order of what a kernel for each could save."""
+    skipped: list[SkippedGroup] = Field(default_factory=list)
+    """Groups left out for a reason other than saving too little: library calls, a group inside
+    (or holding) a chosen one, the cap on how many."""
+    below: int = 0
+    """Groups left out for saving less than ``min_saving``."""
+    modules: int
+    min_saving: float
+    at_floor: float = 1.0
+    """The whole model's predicted speedup if every chosen group's kernel ran at its floor."""
+    at_typical: float = 1.0
+    """The same with each kernel ``typical`` times faster than its module (at most its floor)."""
+    typical: float = 2.0

@@ -1,10 +1,11 @@
 """A profile in words: the ranked table that ``kevin-opt profile`` prints and the TUI shows, and
-the e2e verdict. One set of cells for both, so the two never disagree."""
+the e2e verdict. One set of cells for both, so the two never disagree. A row is a group of
+identical module instances (``layers.*.norm x3``), a module like no other a group of its own."""
 
 from __future__ import annotations
 
 from ..results.records import E2EResult
-from .records import ModelProfile, ModuleProfile
+from .records import ModelProfile, ModuleGroup, ModuleProfile
 
 COLUMNS = ("#", "module", "class", "calls", "ms/fwd", "share", "amdahl", "roofline", "headroom", "saves", "note")
 RIGHT = {"calls", "ms/fwd", "share", "amdahl", "roofline", "headroom", "saves"}
@@ -16,7 +17,7 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%" if value < 0.995 else f"{100 * value:.0f}%"
 
 
-def note(m: ModuleProfile) -> str:
+def note(m: ModuleProfile | ModuleGroup) -> str:
     if m.library:
         return LIBRARY_WORDS.get(m.library, m.library)
     if m.library_ms > 0 and m.time_ms > 0:
@@ -26,12 +27,12 @@ def note(m: ModuleProfile) -> str:
     return ""
 
 
-def cells(m: ModuleProfile) -> tuple[str, ...]:
+def cells(m: ModuleProfile | ModuleGroup) -> tuple[str, ...]:
     root = not m.path
     calls = f"{m.calls:g}"
     return (
         "" if root else str(m.rank) if m.rank is not None else "-",
-        "(model)" if root else m.path,
+        "(model)" if root else m.name if isinstance(m, ModuleGroup) else m.path,
         m.class_name,
         calls,
         f"{m.time_ms:.3g}" if m.time_ms < 100 else f"{m.time_ms:.0f}",
@@ -55,8 +56,9 @@ SHRINK = (("class", 8), ("calls", 0), ("roofline", 0), ("headroom", 0), ("note",
 
 
 def table_lines(profile: ModelProfile, width: int = 100, limit: int | None = 30) -> list[str]:
-    """The table: the model first, then the ranked modules, then the rest (the first ``limit``)."""
-    rows = [cells(m) for m in profile.modules[: (limit + 1) if limit else None]]
+    """The table: the model first, then the ranked groups, then the rest (the first ``limit``)."""
+    groups = profile.groups
+    rows = [cells(g) for g in groups[: (limit + 1) if limit else None]]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
     for name, least in SHRINK:
         over = sum(w + 2 for w in widths if w) - 2 - width
@@ -73,8 +75,8 @@ def table_lines(profile: ModelProfile, width: int = 100, limit: int | None = 30)
             cell = _fit(cell, w, keep_end=COLUMNS[i] == "module")
             parts.append(cell.rjust(w) if COLUMNS[i] in RIGHT or i == 0 else cell.ljust(w))
         out.append("  ".join(parts).rstrip())
-    if limit and len(profile.modules) > limit + 1:
-        out.append(f"... and {len(profile.modules) - limit - 1} more modules (see --json)")
+    if limit and len(groups) > limit + 1:
+        out.append(f"... and {len(groups) - limit - 1} more modules (see --json)")
     return out
 
 
@@ -103,14 +105,16 @@ def short_summary(profile: ModelProfile) -> str:
 
 def signature_lines(profile: ModelProfile, top: int = 3) -> list[str]:
     out = []
-    for m in profile.ranked[:top]:
-        sigs = "; ".join(f"{s.key} x{s.calls}" for s in m.signatures[:4])
-        more = f" (+{len(m.signatures) - 4} more)" if len(m.signatures) > 4 else ""
-        out.append(f"  {m.path}: {sigs}{more}")
+    for g in profile.ranked_groups[:top]:
+        sigs = "; ".join(f"{s.key} x{s.calls}" for s in g.signatures[:4])
+        more = f" (+{len(g.signatures) - 4} more)" if len(g.signatures) > 4 else ""
+        out.append(f"  {g.name}: {sigs}{more}")
     return ["signatures (calls per forward):", *out] if out else []
 
 
 def e2e_lines(result: E2EResult) -> list[str]:
+    if result.kernels:
+        return _combined_lines(result)
     lines = [f"whole model: {result.baseline_ms:.3g} ms per forward without the kernel, {result.kernel_ms:.3g} ms "
              f"with it (best of {result.rounds} rounds of fresh workers: {result.workers_speedup:.2f}x)"]
     predicted = (f"; Amdahl predicts {result.predicted:.2f}x from its {_pct(result.share)} share and its own "
@@ -121,9 +125,38 @@ def e2e_lines(result: E2EResult) -> list[str]:
     lines.append(verdict)
     lines.append(f"kernel calls per forward: {result.kernel_calls:g}; calls that ran the original forward: "
                  f"{result.fallback_calls:g}")
+    return [*lines, _outputs_line(result)]
+
+
+def _outputs_line(result: E2EResult) -> str:
     if result.outputs_match:
         err = f" (max abs err {result.max_abs_err:.3g})" if result.max_abs_err is not None else ""
-        lines.append(f"outputs match within the {result.tolerance} tolerance{err}")
-    else:
-        lines.append(f"outputs DIFFER beyond the {result.tolerance} tolerance: {result.mismatch}")
-    return lines
+        return f"outputs match within the {result.tolerance} tolerance{err}"
+    return f"outputs DIFFER beyond the {result.tolerance} tolerance: {result.mismatch}"
+
+
+def _combined_lines(result: E2EResult) -> list[str]:
+    """The verdict on several kernels put in together: the combination, then each kernel."""
+    kept = result.kept
+    n = len(kept)
+    them = f"all {n} kept kernels" if n > 1 else "the one kept kernel"
+    lines = [f"whole model: {result.baseline_ms:.3g} ms per forward without the kernels, {result.kernel_ms:.3g} ms "
+             f"with {them} (best of {result.rounds} rounds of fresh workers: {result.workers_speedup:.2f}x)"]
+    predicted = (f"; Amdahl predicts {result.predicted:.2f}x for the combination from their {_pct(result.share)} "
+                 "share and their own speedups" if result.predicted is not None else "")
+    verdict = f"speedup {result.speedup:.2f}x (with and without them, interleaved){predicted}"
+    if result.slower:
+        verdict = f"the kernels make the whole model SLOWER: {result.speedup:.2f}x{predicted}"
+    lines.append(verdict)
+    for k in result.kernels:
+        name = k.kernel_file.rsplit("/", 1)[-1]
+        if k.dropped:
+            lines.append(f"  dropped {name} ({k.module}): {k.dropped}")
+            continue
+        share = f"{_pct(k.share)} of the forward, " if k.share is not None else ""
+        own = f"its own {k.module_speedup:.2f}x, " if k.module_speedup else ""
+        effect = (f"; without it the model is {k.contribution:.2f}x slower" if k.contribution is not None and n > 1
+                  else "")
+        lines.append(f"  {k.module} ({name}): {share}{own}kernel calls per forward {k.kernel_calls:g}, calls that "
+                     f"ran the original forward {k.fallback_calls:g}{effect}")
+    return [*lines, _outputs_line(result)]

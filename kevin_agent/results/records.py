@@ -292,12 +292,41 @@ class ReportRecord(Record):
     """As in the summary: the whole model with and without the kernel."""
 
 
+class KernelEffect(BaseModel):
+    """One kernel of several put into the whole model together (``E2EResult.kernels``)."""
+
+    kernel_file: str
+    module: str
+    """The modules it goes into: a group's name (``layers.*.norm x3``) or one path."""
+    members: list[str]
+    share: float | None = None
+    """Its modules' share of the forward, from the profile."""
+    module_speedup: float | None = None
+    """The kernel's own speedup, as its module claims it (confirmed, where the run confirmed it)."""
+    kernel_calls: float = 0.0
+    """Per forward, over all its modules."""
+    fallback_calls: float = 0.0
+    """Per forward, calls at its modules that ran the original forward."""
+    outputs_match: bool = True
+    """The model's outputs with this kernel alone match those without any."""
+    mismatch: str = ""
+    contribution: float | None = None
+    """The whole model with every kept kernel but this one over with all of them (the median of
+    the rounds): what it adds; below 1, the model is faster without it."""
+    contribution_interval: list[float] | None = None
+    """The 95% interval of that median (low, high); a kernel is dropped for slowing the model only
+    where the whole interval is below 1."""
+    dropped: str = ""
+    """Why it was left out of the combination (empty: kept)."""
+
+
 class E2EResult(Record):
-    """``kevin-opt e2e``: the whole model with and without the kernel, each in fresh workers."""
+    """``kevin-opt e2e``: the whole model with and without the kernel (or kernels), each in fresh workers."""
 
     kind: Literal["e2e"] = "e2e"
     model_file: str
     kernel_file: str
+    """The kernel module; with several, the kept ones, comma-separated (every one: ``kernels``)."""
     module: str
     device: str
     device_name: str
@@ -311,11 +340,12 @@ class E2EResult(Record):
     workers_speedup: float
     """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
     share: float | None
-    """The module's share of the forward, from the profile."""
+    """The module's share of the forward, from the profile (with several kernels: the kept ones' summed)."""
     module_speedup: float | None
-    """The kernel's own speedup, as its module claims it."""
+    """The kernel's own speedup, as its module claims it (None with several: see ``kernels``)."""
     predicted: float | None
-    """Amdahl: 1 / ((1 - share) + share / module_speedup)."""
+    """Amdahl: 1 / ((1 - share) + share / module_speedup); with several kernels, for the kept ones
+    together: 1 / (1 - sum(share_i) + sum(share_i / speedup_i))."""
     outputs_match: bool
     max_abs_err: float | None = None
     max_rel_err: float | None = None
@@ -329,6 +359,12 @@ class E2EResult(Record):
     slower: bool
     """The whole model is slower with the kernel."""
     wall_s: float = 0.0
+    kernels: list[KernelEffect] = Field(default_factory=list)
+    """With more than one kernel: each, kept or dropped, in the order given."""
+
+    @property
+    def kept(self) -> list[KernelEffect]:
+        return [k for k in self.kernels if not k.dropped]
 
 
 class HistoryEntry(BaseModel):

@@ -10,7 +10,7 @@ from ..model.extract import default_task_path, extract_task
 from ..model.marks import extracted_from
 from ..model.modelfile import ModelError, ModelFile
 from ..model.profile import profile_model
-from ..model.records import ModuleProfile
+from ..model.records import ModuleGroup
 from ..run import finish
 from ..store import default_runs_root
 from .app import KevinApp
@@ -36,25 +36,26 @@ class ProfileApp(KevinApp):
         self.add_mode("profile", lambda: self.profile_screen)
         self.switch_mode("profile")
 
-    def extract_and_run(self, module: ModuleProfile) -> None:
-        """In a worker thread: the task file for ``module`` (one extracted before for the same module
+    def extract_and_run(self, group: ModuleGroup) -> None:
+        """In a worker thread: the task file for ``group`` (one extracted before for the same modules
         is written again), then the run on it."""
         from ..run.launch import start_run
 
-        task = task_path_for(self.model_file, module.path)
-        extract_task(self.model_file, module.path, task, self.settings, replace=task.exists())
+        task = task_path_for(self.model_file, group.members)
+        extract_task(self.model_file, group.path, task, self.settings, replace=task.exists())
         self.call_from_thread(self.switch_mode, "run")
         self.call_from_thread(self.start_engine, lambda sink: start_run(self.config, task, sink,
                                                                         registry=self.registry))
 
 
-def task_path_for(model_file: ModelFile, path: str) -> Path:
-    """Where the task for ``path`` goes: beside the model; a file there that is not this module's
-    extracted task is never overwritten."""
-    task = default_task_path(model_file, path)
+def task_path_for(model_file: ModelFile, members: list[str]) -> Path:
+    """Where the task for the group of ``members`` goes: beside the model; a file there that is not
+    this group's extracted task is never overwritten."""
+    task = default_task_path(model_file, members)
+    path = members[0]
     if task.exists():
         meta = extracted_from(task.read_text(encoding="utf-8", errors="replace"))
-        if meta is None or meta.module != path or meta.model_file != model_file.name:
+        if meta is None or path not in meta.paths or meta.model_file != model_file.name:
             raise ModelError(f"{task}: exists and is not the task extracted for `{path}`",
                              "move it away, or extract with kevin-opt extract -o another path")
     return task

@@ -145,10 +145,10 @@ def test_a_model_that_does_not_fit_the_device(repo):
     assert snapshot(repo) == before
 
 
-def fake_kernel(repo: Path, name: str = "mlp_block_act_kevin.py") -> Path:
+def fake_kernel(repo: Path, name: str = "mlp_block_act_kevin.py", module: str = "act") -> Path:
     """A delivered module's install line, which is all ``install`` reads (the kernel itself is
     installed for real in test_model_e2e)."""
-    env = InstallEnvelope(model_file="mlp_block.py", module="act", class_name="TanhGELU", device="cpu",
+    env = InstallEnvelope(model_file="mlp_block.py", module=module, class_name="TanhGELU", device="cpu",
                           training=False, signatures=["float32[4096,512]"],
                           recorded=[SignatureUse(key="float32[4096,512]", calls=1)])
     path = repo / name
@@ -181,10 +181,43 @@ def test_install_shows_the_change_and_writes_it_only_when_asked(repo):
     assert twice.returncode == 0 and "already installs" in twice.stdout
 
 
-def test_install_into_a_file_without_get_model_shows_the_lines(repo):
+def test_install_into_a_kernelbench_file_appends_a_block_that_builds_model_with_the_kernels(repo):
     shutil.copy(Path(__file__).parents[1] / "models" / "kb_minigpt_block.py", repo / "kb.py")
+    subprocess.run(["git", "-C", repo, "add", "kb.py"], check=True)
+    subprocess.run(["git", "-C", repo, "commit", "-qm", "a KernelBench model"], check=True)
     fake_kernel(repo)
-    proc = kevin("install", "kb.py", "--kernel", "mlp_block_act_kevin.py", cwd=repo)
-    assert proc.returncode == 0 and "model = mlp_block_act_kevin.install(model)" in proc.stdout
-    refused(kevin("install", "kb.py", "--kernel", "mlp_block_act_kevin.py", "--write", cwd=repo),
-            "no get_model() to change")
+    before = snapshot(repo)
+    shown = kevin("install", "kb.py", "--kernel", "mlp_block_act_kevin.py", cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    assert "+KevinOriginalModel = Model" in shown.stdout and "+class Model(KevinOriginalModel):" in shown.stdout
+    assert "+        mlp_block_act_kevin.install(self)" in shown.stdout
+    assert snapshot(repo) == before
+    written = kevin("install", "kb.py", "--kernel", "mlp_block_act_kevin.py", "--write", cwd=repo)
+    assert written.returncode == 0, written.stderr
+    text = (repo / "kb.py").read_text()
+    original = (Path(__file__).parents[1] / "models" / "kb_minigpt_block.py").read_text()
+    assert text.startswith(original.rstrip("\n")) and text.count("import mlp_block_act_kevin") == 1
+    compile(text, "kb.py", "exec")
+    # Model(*get_init_inputs()) gets the kernel: the block, run with a stand-in for the module
+    namespace = {"Model": type("Model", (), {"__init__": lambda self, *a: setattr(self, "args", a)})}
+    installed = []
+    stand_in = type("K", (), {"install": staticmethod(installed.append)})
+    block = text[text.index("KevinOriginalModel = Model"):]
+    exec(compile(block.replace("import mlp_block_act_kevin  # noqa: E402", ""), "block", "exec"),
+         {**namespace, "mlp_block_act_kevin": stand_in}, namespace)
+    model = namespace["Model"](1, 2)
+    assert installed == [model] and model.args == (1, 2) and namespace["KevinOriginalModel"] is not namespace["Model"]
+
+
+def test_install_several_kernels_wraps_get_model_once_for_each(repo):
+    fake_kernel(repo)
+    fake_kernel(repo, "mlp_block_norm_kevin.py", module="norm")
+    shown = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--kernel",
+                  "mlp_block_norm_kevin.py", cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    assert "+import mlp_block_act_kevin\n+import mlp_block_norm_kevin" in shown.stdout
+    assert ("+    return mlp_block_norm_kevin.install(mlp_block_act_kevin.install(MLPBlock(dim, hidden).eval()))"
+            in shown.stdout)
+    twice = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--kernel", "mlp_block_act_kevin.py",
+                  cwd=repo)
+    refused(twice, "mlp_block_act_kevin: given twice")

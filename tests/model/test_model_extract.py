@@ -83,26 +83,32 @@ def same(got, want) -> bool:
 
 
 def check_reproduces(source: str, model_path: Path, path: str, tmp_path: Path) -> None:
+    """The task reproduces the module at ``path`` and, for a group's task, every member, each on its
+    own weights; its signatures and their calls are the members' together."""
     task_file = tmp_path / f"task_{path.replace('.', '_') or 'model'}.py"
     task_file.write_text(source)
     load_task(task_file)  # a valid task file as kevin-opt loads one
     task = _import(task_file, f"extracted_{task_file.stem}")
     model, inputs = real_model(model_path)
-    sub = model.get_submodule(path)
-    extracted = task.Model(*task.get_init_inputs())
-    extracted.load_state_dict(sub.state_dict())
-    for name, buf in sub.named_buffers():
-        extracted.get_buffer(name).copy_(buf)
     meta = extracted_from(source)
-    every = recorded_calls(model, inputs, path)
-    assert every, f"{path} is never called"
+    assert path in meta.paths
     covered = {s.key for s in meta.signatures}
-    assert {key for key, _, _ in every} == covered | {s.key for s in meta.left_out}
-    calls = [c for c in every if c[0] in covered]
-    for key, values, out in calls:
-        with torch.no_grad():
-            got = extracted(*values)
-        assert same(got, out), f"{path} at {key}: the extracted Model differs"
+    calls = []
+    for member in meta.paths:
+        sub = model.get_submodule(member)
+        extracted = task.Model(*task.get_init_inputs())
+        extracted.load_state_dict(sub.state_dict())
+        for name, buf in sub.named_buffers():
+            extracted.get_buffer(name).copy_(buf)
+        every = recorded_calls(model, inputs, member)
+        assert every, f"{member} is never called"
+        assert {key for key, _, _ in every} == covered | {s.key for s in meta.left_out}
+        mine = [c for c in every if c[0] in covered]
+        for key, values, out in mine:
+            with torch.no_grad():
+                got = extracted(*values)
+            assert same(got, out), f"{member} at {key}: the extracted Model differs"
+        calls += mine
     keys = {key for key, _, _ in calls}
     drawn = [(count, call_signature(factory())) for count, factory in task.get_input_signatures()]
     assert {k for _, k in drawn} == keys
@@ -256,13 +262,13 @@ def test_a_capture_that_computes_something_else_is_not_kept():
     from kevin_agent.model.worker.loading import load
 
     loaded = load(SETTINGS, str(EXAMPLES / "mlp_block.py"))
-    calls = capture.record_module(loaded, ["act"])["act"]
-    task = capture.capture(loaded, "act", calls, "mlp_block.py", seed=0)
-    assert capture.validate(task.source, loaded.model.act, calls, "cpu", 0) == ""
+    calls = capture.record_module(loaded, ["act"])
+    task = capture.capture(loaded, "act", ["act"], calls, "mlp_block.py", seed=0)
+    act = [(loaded.model.act, calls["act"])]
+    assert capture.validate(task.source, act, "cpu", 0) == [""]
     off_by_a_bit = task.source.replace("return 0.5 * x *", "return 0.5000001 * x *")
     assert off_by_a_bit != task.source
-    assert capture.validate(off_by_a_bit, loaded.model.act, calls, "cpu", 0).startswith(
+    assert capture.validate(off_by_a_bit, act, "cpu", 0)[0].startswith(
         "at float32[4096,512]: output differs (max abs difference")
     other_shape = task.source.replace("_draw((4096, 512),", "_draw((4096, 256),")
-    assert "draws inputs of signature float32[4096,256]" in capture.validate(other_shape, loaded.model.act, calls,
-                                                                           "cpu", 0)
+    assert "draws inputs of signature float32[4096,256]" in capture.validate(other_shape, act, "cpu", 0)[0]

@@ -104,6 +104,15 @@ def test_autograd_mode_and_device_keep_the_original(net):
     with torch.no_grad():
         model(x)
     assert guard.kernel_calls == 0  # extracted in eval mode
+    uninstall_kernel(model, "scale")
+    # a module whose forward never reads the mode: the kernel runs in either (without autograd)
+    either = install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cpu",
+                            training=None)
+    with torch.no_grad():
+        model(x)
+    assert model.training and either.kernel_calls == 2
+    model(x).sum().backward()
+    assert either.kernel_calls == 2  # still never under autograd
     model.eval()
     uninstall_kernel(model, "scale")
     install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cuda", training=False)

@@ -79,5 +79,5 @@ def test_a_file_in_the_tasks_place_that_is_not_its_task_is_kept(model_dir):
     model_file = load_model_file(model_dir / "mlp_block.py")
     (model_dir / "mlp_block_act.py").write_text("# my own file\n")
     with pytest.raises(ModelError, match="is not the task extracted for `act`"):
-        task_path_for(model_file, "act")
+        task_path_for(model_file, ["act"])
     assert (model_dir / "mlp_block_act.py").read_text() == "# my own file\n"

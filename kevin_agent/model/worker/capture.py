@@ -7,6 +7,12 @@ the first call's inputs and outputs. Strategies are tried in order: the module's
 counts only if, imported on its own and loaded with the module's weights, its ``Model`` gives
 the recorded outputs bit for bit on every recorded input, and its factories draw inputs of every
 recorded signature. When none does, the error names what stopped each one.
+
+A module that is one of a group of identical instances (``model.groups``) gives the group's task:
+captured from that module, its signatures the members' (calls summed), and checked the same way
+against every member on that member's weights and recorded calls. A member it does not reproduce
+(it differs in something its identity does not see, such as a plain tensor attribute) is left
+out of the group, with the reason.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...evaluate.worker import describe, import_file, leaves, same_values
+from ..groups import in_model_order, merged_signatures
 from ..jobs import CapturedTask
 from ..records import ExtractedTask, SignatureCount, SignatureUse
 from . import taskfile
@@ -64,6 +71,20 @@ class Calls:
         keys = [k for k, sig in self.signatures.items() if _fixed(sig) == fixed]
         return Calls({k: self.signatures[k] for k in keys}, {k: self.inputs[k] for k in keys},
                      {k: self.outputs[k] for k in keys})
+
+
+def merged(members: list[Calls]) -> Calls:
+    """A group's calls: the members' signatures with their calls summed, the first member's inputs
+    and outputs (every member is checked on its own)."""
+    sigs = merged_signatures([c.ordered() for c in members])
+    first = members[0]
+    return Calls({s.key: s for s in sigs if s.key in first.inputs}, dict(first.inputs), dict(first.outputs))
+
+
+def _restricted(calls: Calls, keys) -> Calls:
+    keys = [k for k in keys if k in calls.inputs]
+    return Calls({k: calls.signatures[k] for k in keys}, {k: calls.inputs[k] for k in keys},
+                 {k: calls.outputs[k] for k in keys})
 
 
 def _fixed(sig: SignatureCount) -> tuple:
@@ -125,17 +146,25 @@ def _same(got, want) -> str:
     return ""
 
 
-def validate(source: str, module: torch.nn.Module, calls: Calls, device: str, seed: int) -> str:
-    """Empty when the file's Model, given the module's weights, reproduces the module on every
-    recorded input and its factories draw the recorded signatures; else what went wrong."""
+def validate(source: str, checks: list[tuple[torch.nn.Module, Calls]], device: str, seed: int) -> list[str]:
+    """Per (module, its calls): empty when the file's Model, given that module's weights, reproduces
+    it on every one of those recorded inputs and its factories draw recorded signatures; else what
+    went wrong."""
     with tempfile.TemporaryDirectory(prefix="kevin-extract-") as folder:
         path = os.path.join(folder, "task.py")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(source)
         try:
-            return _reproduces(import_file(path, f"kevin_extracted_{abs(hash(source))}"), module, calls, device, seed)
+            task = import_file(path, f"kevin_extracted_{abs(hash(source))}")
         except Exception as exc:
-            return f"the written file fails: {describe(exc, path)}"
+            return [f"the written file fails: {describe(exc, path)}"] * len(checks)
+        out = []
+        for module, calls in checks:
+            try:
+                out.append(_reproduces(task, module, calls, device, seed))
+            except Exception as exc:
+                out.append(f"the written file fails: {describe(exc, path)}")
+        return out
 
 
 def _reproduces(task, module: torch.nn.Module, calls: Calls, device: str, seed: int) -> str:
@@ -162,9 +191,11 @@ def _reproduces(task, module: torch.nn.Module, calls: Calls, device: str, seed: 
     return ""
 
 
-def _meta(loaded_name: str, path: str, module, capture: str, init: list, calls: Calls, every: Calls) -> ExtractedTask:
-    return ExtractedTask(model_file=loaded_name, module=path, class_name=type(module).__name__, capture=capture,
-                         training=module.training, init_inputs=repr(list(init)),
+def _meta(loaded_name: str, path: str, module, capture: str, init: list, calls: Calls, every: Calls,
+          members: list[str]) -> ExtractedTask:
+    return ExtractedTask(model_file=loaded_name, module=path, members=members if len(members) > 1 else [],
+                         class_name=type(module).__name__, capture=capture,
+                         training=module.training, any_mode=not _reads_mode(module), init_inputs=repr(list(init)),
                          signatures=[SignatureUse(key=s.key, calls=s.calls) for s in calls.ordered()],
                          left_out=[SignatureUse(key=s.key, calls=s.calls) for s in every.ordered()
                                    if s.key not in calls.signatures])
@@ -242,28 +273,42 @@ def _literal(value) -> bool:
         return False
 
 
-def capture(loaded: LoadedModel, path: str, calls: Calls, model_file: str, seed: int) -> CapturedTask:
+def capture(loaded: LoadedModel, path: str, members: list[str], calls: dict[str, Calls], model_file: str,
+            seed: int) -> CapturedTask:
+    """The task for the group of ``members`` (one module: a group of one), captured from the one at
+    ``path`` and checked against it first."""
     module = loaded.model.get_submodule(path)
-    if not calls.signatures:
+    members = [path, *(m for m in members if m != path)]
+    group = merged([calls[m] for m in members])
+    if not group.signatures:
         return CapturedTask(module=path, error=f"{path or 'the model'} is never called in a forward")
-    others = [s for s in calls.ordered() if any(a.kind == "other" for a in s.args)]
+    others = [s for s in group.ordered() if any(a.kind == "other" for a in s.args)]
     if others:
         bad = next(a for a in others[0].args if a.kind == "other")
         return CapturedTask(module=path, error=f"it is called with a {bad.value} argument, which a task file "
                                                "cannot draw")
-    device = loaded.device
     tried = []
-    for capture_kind, attempt, covered in _strategies(loaded, module, calls):
+    for capture_kind, attempt, covered in _strategies(loaded, module, group):
         try:
             imports, body, init = attempt()
         except NotCaptured as exc:
             tried.append(str(exc))
             continue
-        meta = _meta(model_file, path, module, capture_kind, init, covered, calls)
-        source = taskfile.render(meta, how=HOW[capture_kind], imports=imports, body=body,
-                                 signatures=covered.ordered())
-        problem = validate(source, module, covered, device, seed)
-        if not problem:
-            return CapturedTask(module=path, source=source)
-        tried.append(f"its {capture_kind} capture does not reproduce it: {problem}")
+
+        def source(kept: list[str], left: dict[str, str]) -> str:
+            both = merged([calls[m] for m in kept])
+            mine = _restricted(both, covered.signatures)
+            meta = _meta(model_file, path, module, capture_kind, init, mine, both, in_model_order(kept))
+            meta.not_members = left
+            return taskfile.render(meta, how=HOW[capture_kind], imports=imports, body=body,
+                                   signatures=mine.ordered())
+
+        checks = [(loaded.model.get_submodule(m), _restricted(calls[m], covered.signatures)) for m in members]
+        problems = validate(source(members, {}), checks, loaded.device, seed)
+        if problems[0]:
+            tried.append(f"its {capture_kind} capture does not reproduce it: {problems[0]}")
+            continue
+        kept = [m for m, problem in zip(members, problems) if not problem]
+        left = {m: problem for m, problem in zip(members, problems) if problem}
+        return CapturedTask(module=path, source=source(kept, left), members=in_model_order(kept), not_members=left)
     return CapturedTask(module=path, error="; ".join(tried))

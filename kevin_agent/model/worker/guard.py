@@ -8,8 +8,9 @@ A call's signature names every argument in the order of the module's ``forward``
 arguments and defaults bound to their parameters): a tensor as its dtype and shape, with its
 strides when it is not contiguous; anything else as its ``repr``. The installed kernel runs for a
 call only when that signature is one it was verified at, its tensors are on the device it was
-verified on, the module is in the mode it was extracted in, and autograd is not recording (the
-kernel has no backward); every other call runs the module's original forward.
+verified on, the module is in the mode it was extracted in (where its forward reads the mode), and
+autograd is not recording (the kernel has no backward); every other call runs the module's
+original forward.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def value_key(value) -> str:
     return f"<{type(value).__name__}>"
 
 
-def bound_arguments(forward, args: tuple, kwargs: dict) -> list:
-    """The call's arguments in the order of ``forward``'s parameters, defaults filled in."""
+def bound_arguments(forward, args: tuple, kwargs: dict, signature: inspect.Signature | None = None) -> list:
+    """The call's arguments in the order of ``forward``'s parameters (``signature``, where the caller
+    has it already), defaults filled in."""
     try:
-        bound = inspect.signature(forward).bind(*args, **kwargs)
+        bound = (signature or inspect.signature(forward)).bind(*args, **kwargs)
     except (TypeError, ValueError):
         return [*args, *kwargs.values()]
     bound.apply_defaults()
@@ -80,7 +82,7 @@ class KernelGuard:
     in, the original forward everywhere else. Counts the calls that took each path."""
 
     def __init__(self, module: torch.nn.Module, kernel: torch.nn.Module, original, *,
-                 signatures: list[str], device: str, training: bool) -> None:
+                 signatures: list[str], device: str, training: bool | None) -> None:
         self.module = module
         self.kernel = kernel
         self.original = original
@@ -89,10 +91,14 @@ class KernelGuard:
         self.training = training
         self.kernel_calls = 0
         self.fallback_calls = 0
+        try:  # once, not per call: inspect.signature costs as much as a small module's forward
+            self.signature = inspect.signature(original)
+        except (TypeError, ValueError):
+            self.signature = None
 
     def fits(self, values: list) -> bool:
         """Whether a call with these bound arguments is one the kernel was verified for."""
-        if self.module.training != self.training:
+        if self.training is not None and self.module.training != self.training:
             return False
         tensors = [*_tensors(values)]
         if any(t.device.type != self.device for t in tensors):
@@ -103,7 +109,7 @@ class KernelGuard:
         return call_signature(values) in self.signatures
 
     def __call__(self, *args, **kwargs):
-        values = bound_arguments(self.original, args, kwargs)
+        values = bound_arguments(self.original, args, kwargs, self.signature)
         if self.fits(values):
             self.kernel_calls += 1
             return self.kernel(*values)
@@ -135,7 +141,7 @@ def _share(kernel: torch.nn.Module, module: torch.nn.Module) -> None:
 
 
 def install_kernel(model: torch.nn.Module, path: str, kernel_class, init_inputs: list, *, signatures: list[str],
-                   device: str, training: bool, seed: int = 0) -> KernelGuard:
+                   device: str, training: bool | None, seed: int = 0) -> KernelGuard:
     """Replace the forward of ``model``'s submodule at ``path`` by a guard around the kernel,
     made as the evaluation made it (under its seed; the caller's random state is left as it was)."""
     module = model.get_submodule(path)

@@ -2,25 +2,24 @@
 
 Started by ``model.process`` as every worker is (``workers``: its own session, a scrubbed
 environment, a reply file). Modes: ``profile`` (``profiling``), ``extract`` (``capture``), ``e2e``
-(the whole model timed, with or without a kernel installed, its outputs written or compared).
+(``whole_model``: the whole model timed, with or without kernels installed, its outputs written or
+compared).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from ...evaluate.plausibility import bandwidth
-from ...evaluate.rounds import ratios
-from ...evaluate.worker import (FLOP_DTYPES, Mismatch, Outcome, Placements, Timer, compare, describe, device_name,
-                               flop_dtype, import_file, versions)
+from ...evaluate.worker import FLOP_DTYPES, Timer, describe, device_name, flop_dtype, versions
 from ...workers import Parent, serve
-from ..jobs import E2ERun, ModelJob, ModelReply
+from ..groups import in_model_order, same_computation
+from ..jobs import ModelJob, ModelReply
 from ..records import ModelProfile
-from . import capture, profiling
+from . import capture, profiling, whole_model
+from .identity import identity
 from .loading import (
     LoadedModel,
     ModelProblem,
@@ -74,75 +73,28 @@ def do_extract(job: ModelJob, parent: Parent) -> ModelReply:
         loaded = build_model(module, job.model_path, s)
     finally:
         log.restore()
-    have = [name for name, _ in loaded.model.named_modules()]
+    have = dict(loaded.model.named_modules())
     missing = [p for p in job.modules if p not in have]
     if missing:
-        raise ModelProblem("module", f"the model has no module {missing[0]!r}", paths=have)
+        raise ModelProblem("module", f"the model has no module {missing[0]!r}", paths=list(have))
+    # Every instance of an asked module's class is recorded: those that compute the same thing at
+    # the same signatures are its group, and the group's task is checked against each of them.
+    alike = {path: [p for p, m in have.items() if p and type(m) is type(have[path])] or [path]
+             for path in job.modules}
     parent.note("recording")
-    calls = capture.record_module(loaded, job.modules)
+    calls = capture.record_module(loaded, list(dict.fromkeys(p for paths in alike.values() for p in paths)))
+    key = {p: same_computation(identity(have[p]), calls[p].signatures) for paths in alike.values() for p in paths}
     tasks = []
     for path in job.modules:
-        parent.note(f"capturing {path}")
-        tasks.append(capture.capture(loaded, path, calls[path], job.model_file_name, s.seed))
+        members = [p for p in alike[path] if p == path or (key[path] is not None and key[p] == key[path])]
+        parent.note(f"capturing {path}" + (f" and the {len(members) - 1} modules like it" if len(members) > 1 else ""))
+        tasks.append(capture.capture(loaded, path, in_model_order(members), calls, job.model_file_name, s.seed))
     return ModelReply(ok=True, tasks=tasks, device_name=device_name(s.device), versions=versions())
 
 
-def _installed_guard(module: torch.nn.Module):
-    """The guard a delivered kernel module put on ``module`` (the model file may install it
-    itself, once ``kevin-opt install --write`` changed it), or None."""
-    guard = module.__dict__.get("forward")
-    return guard if hasattr(guard, "original") and hasattr(guard, "kernel_calls") else None
-
-
 def do_e2e(job: ModelJob, parent: Parent) -> ModelReply:
-    """The whole model's forward, timed. Without ``kernel_path``: the model without the kernel
-    (taken out where the model file installs it), its outputs written. With it: the kernel
-    installed, the outputs compared with those, and the model timed with the kernel and without
-    it (its guard taken out and put back between calls) in rounds, interleaved, so that load on
-    the machine weighs on both alike."""
-    s = job.settings
-    loaded = load(s, job.model_path)
-    module = loaded.model.get_submodule(job.modules[0])
-    guard = _installed_guard(module)
-    if not job.kernel_path:
-        if guard is not None:
-            module.forward = guard.original
-        torch.save(forward(loaded), job.outputs_path)
-        parent.note("timing")
-        return ModelReply(ok=True, e2e=E2ERun(forward_ms=_timed_forward_ms(loaded, s)),
-                          device_name=device_name(s.device), versions=versions())
-    if guard is None:
-        parent.note("installing")
-        try:
-            kernel = import_file(job.kernel_path, "kevin_kernel")
-            kernel.install(loaded.model, job.modules[0])
-        except Exception as exc:
-            raise ModelProblem("kernel", f"installing {Path(job.kernel_path).name} failed: "
-                                         f"{describe(exc, job.kernel_path)}") from None
-        guard = module.forward
-    guard.kernel_calls = guard.fallback_calls = 0
-    out = forward(loaded)
-    run = E2ERun(forward_ms=0.0, kernel_calls=guard.kernel_calls, fallback_calls=guard.fallback_calls)
-    outcome = Outcome()
-    try:
-        compare(out, torch.load(job.outputs_path, weights_only=True), s.atol, s.rtol, outcome, s.tolerance)
-    except Mismatch as exc:
-        run.outputs_match, run.mismatch = False, str(exc)
-    run.max_abs_err, run.max_rel_err = outcome.max_abs_err, outcome.max_rel_err
-    parent.note("timing")
-
-    def without(*inputs):
-        module.forward = guard.original
-        try:
-            return loaded.model(*inputs)
-        finally:
-            module.forward = guard
-
-    plain, installed = Timer(s.device).rounds([without, loaded.model], Placements([loaded.inputs]), warmup=s.warmup_runs,
-                                              rounds=s.timed_runs)
-    run.forward_ms, run.plain_ms = installed.stream.median_ms, plain.stream.median_ms
-    run.speedup = statistics.median(ratios(plain.stream_ms, installed.stream_ms))
-    return ModelReply(ok=True, e2e=run, device_name=device_name(s.device), versions=versions())
+    return ModelReply(ok=True, e2e=whole_model.run(job, parent), device_name=device_name(job.settings.device),
+                      versions=versions())
 
 
 MODES = {"profile": do_profile, "extract": do_extract, "e2e": do_e2e}

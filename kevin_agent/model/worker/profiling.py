@@ -6,14 +6,16 @@ warm-up, ``torch.profiler`` runs over several forwards with each module call wra
 of its own. A range holds the module's ops and the ranges of the modules it calls, so a module's
 time includes its children's and its self time is what is left; on cuda the times are the
 kernels' own (the profiler's device time), on cpu the ops' wall time. A module's time per forward
-is its median over the forwards. Ops are read at their outermost level (``aten::linear``, not the
-``addmm`` inside it): those that are a vendor library's GEMM, convolution, attention or RNN are
-the library time a kernel at best matches.
+is its self time, the least it took in any of the forwards, plus its children's times: other work
+on a shared machine only ever adds time, and a process descheduled for a time slice inside one
+call makes that call many times longer, so on a busy machine even a median can be such a call, and
+a whole forward (the model's own time) is seldom without one. Ops are read at their outermost level
+(``aten::linear``, not the ``addmm`` inside it): those that are a vendor library's GEMM, convolution,
+attention or RNN are the library time a kernel at best matches.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ import torch
 
 from ..records import ArgSpec, ModuleProfile, SignatureCount
 from .guard import bound_arguments, call_signature
+from .identity import identity
 from .loading import LoadedModel, forward
 
 RANGE = "kevin::module::"
@@ -142,8 +145,8 @@ class CallStats:
     children: set = field(default_factory=set)
 
     def per_forward_ms(self, counts: Counter, forwards: int) -> float:
-        """The median over the forwards: a moment of load on a shared machine moves it little."""
-        return statistics.median(counts[k] for k in range(forwards)) / 1e3
+        """The least over the forwards (see the module's text)."""
+        return min(counts[k] for k in range(forwards)) / 1e3
 
 
 def profile_calls(loaded: LoadedModel, forwards: int, device: str) -> tuple[list[str], dict[int, CallStats]]:
@@ -255,6 +258,14 @@ def module_profiles(loaded: LoadedModel, recorded: Recorded, paths: list[str], s
                     forwards: int) -> list[ModuleProfile]:
     """One ``ModuleProfile`` per module that was called, times per forward (ranking left to the parent)."""
     modules = dict(loaded.model.named_modules())
+    total: dict[int, float] = {}
+
+    def time_ms(index: int) -> float:
+        if index not in total:
+            s = stats.get(index, CallStats())
+            total[index] = s.per_forward_ms(s.self_us, forwards) + sum(time_ms(c) for c in s.children)
+        return total[index]
+
     out = []
     for index, path in enumerate(paths):
         if recorded.calls[index] == 0:
@@ -264,8 +275,8 @@ def module_profiles(loaded: LoadedModel, recorded: Recorded, paths: list[str], s
         kinds = s.kinds - {"mixed"}
         out.append(ModuleProfile(
             path=path, class_name=type(modules[path]).__name__, calls=float(recorded.calls[index]),
-            signatures=signatures, time_ms=s.per_forward_ms(s.time_us, forwards),
+            signatures=signatures, time_ms=time_ms(index),
             self_ms=s.per_forward_ms(s.self_us, forwards), children=sorted(paths[c] for c in s.children),
             share=0.0, amdahl=None, library=next(iter(kinds)) if len(kinds) == 1 and "mixed" not in s.kinds else "",
-            library_ms=s.per_forward_ms(s.library_us, forwards)))
+            library_ms=s.per_forward_ms(s.library_us, forwards), identity=identity(modules[path]) if path else ""))
     return out

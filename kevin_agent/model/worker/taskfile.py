@@ -10,6 +10,7 @@ not contiguous.
 
 from __future__ import annotations
 
+from ..groups import group_name
 from ..marks import EXTRACTED_PREFIX, line
 from ..records import ArgSpec, ExtractedTask, SignatureCount
 
@@ -59,10 +60,14 @@ def render(meta: ExtractedTask, *, how: str, imports: list[str], body: str,
            signatures: list[SignatureCount]) -> str:
     """The whole file: a docstring, the metadata line, ``imports``, ``body`` (which defines
     ``Model``), then the factories."""
-    where = meta.module or "the whole model"
+    where = group_name(meta.paths) or "the whole model"
+    named = ", ".join(meta.paths) if len(meta.paths) <= 6 else f"{', '.join(meta.paths[:3])}, ..., {meta.paths[-1]}"
+    group = [f"One task for {len(meta.paths)} instances that compute the same thing ({named}),",
+             "each checked against it on its own weights.", ""] if len(meta.paths) > 1 else []
     lines = [
         f'"""`{where}` of {meta.model_file} ({meta.class_name}), extracted by kevin-opt as a task.',
         "",
+        *group,
         how,
         "get_inputs() draws the inputs at the signature the model calls it with most;",
         "get_input_signatures() lists every signature one forward of the model uses, with how",

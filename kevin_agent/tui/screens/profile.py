@@ -2,7 +2,8 @@
 a task file and starts a run on it.
 
 The table is ``model.table``'s (the columns ``kevin-opt profile`` prints, fewer of them at 80
-columns); the highlighted module's class, calls, headroom, floor and signatures show underneath.
+columns; a row is a group of identical instances, ``layers.*.norm x3``); the highlighted group's
+class, members, calls, headroom, floor and signatures show underneath.
 The profile and the extraction run in worker threads (each a worker process of their own); the
 run itself is the app's (``choose`` hands it over).
 """
@@ -20,7 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
 
 from ...errors import KevinError
-from ...model.records import ModelProfile, ModuleProfile
+from ...model.records import ModelProfile, ModuleGroup
 from ...model.table import COLUMNS, RIGHT, cells, short_summary
 
 NARROW = ("#", "module", "ms/fwd", "share", "amdahl", "saves", "note")
@@ -41,9 +42,9 @@ class ProfileScreen(Screen):
     ]
 
     def __init__(self, model_name: str, profile: Callable[[], ModelProfile],
-                 choose: Callable[[ModuleProfile], None]) -> None:
-        """``profile()`` profiles the model (it blocks: it runs in a thread); ``choose(module)`` is
-        called, in a thread, with the module the person picked."""
+                 choose: Callable[[ModuleGroup], None]) -> None:
+        """``profile()`` profiles the model (it blocks: it runs in a thread); ``choose(group)`` is
+        called, in a thread, with the group the person picked."""
         super().__init__(id="profile")
         self.model_name = model_name
         self._profile = profile
@@ -84,32 +85,33 @@ class ProfileScreen(Screen):
         table.clear(columns=True)
         shown = self.columns()
         table.add_columns(*shown)
-        for m in profile.modules:
-            row = dict(zip(COLUMNS, cells(m)))
+        for g in profile.groups:
+            row = dict(zip(COLUMNS, cells(g)))
             table.add_row(*(Text(row[c], justify="right" if c in RIGHT else "left") for c in shown),
-                          key=m.path or "(model)")
-        if profile.ranked:
-            table.move_cursor(row=profile.modules.index(profile.ranked[0]))
+                          key=g.name or "(model)")
+        if profile.ranked_groups:
+            table.move_cursor(row=profile.groups.index(profile.ranked_groups[0]))
         table.focus()
         self._detail(self.selected())
 
-    def selected(self) -> ModuleProfile | None:
-        if self.profile is None or not self.profile.modules:
+    def selected(self) -> ModuleGroup | None:
+        if self.profile is None or not self.profile.groups:
             return None
         row = self.query_one("#modules", DataTable).cursor_row
-        return self.profile.modules[row] if 0 <= row < len(self.profile.modules) else None
+        return self.profile.groups[row] if 0 <= row < len(self.profile.groups) else None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._detail(self.selected())
 
-    def _detail(self, m: ModuleProfile | None) -> None:
+    def _detail(self, m: ModuleGroup | None) -> None:
         if m is None:
             self.query_one("#module-detail", Static).update("")
             return
         sigs = "; ".join(f"{s.key} x{s.calls}" for s in m.signatures[:3])
         more = f" (+{len(m.signatures) - 3} more)" if len(m.signatures) > 3 else ""
-        lines = [f"{m.path or '(the whole model)'}: {m.class_name}, {m.calls:g} call(s) per forward, "
-                 f"{m.time_ms:.3g} ms ({m.self_ms:.3g} ms its own)",
+        members = f" ({', '.join(m.members[:4])}{', ...' if len(m.members) > 4 else ''})" if len(m.members) > 1 else ""
+        lines = [f"{m.name or '(the whole model)'}{members}: {m.class_name}, {m.calls:g} call(s) per forward, "
+                 f"{m.time_ms:.3g} ms",
                  (f"reaches {100 * m.roofline:.0f}% of its roofline; " if m.roofline is not None else "")
                  + f"headroom {100 * m.headroom:.0f}% (floor {m.floor_ms:.3g} ms, library {m.library_ms:.3g} ms)",
                  f"signatures: {sigs}{more}"]
@@ -124,13 +126,13 @@ class ProfileScreen(Screen):
             if self.busy:
                 self.notify(f"{self.busy} is under way", severity="warning")
             return
-        self.busy = f"extracting {m.path or 'the model'}"
+        self.busy = f"extracting {m.name or 'the model'}"
         self.query_one("#module-detail", Static).update(f"{self.busy}: capturing it and checking the task file "
                                                         "against the module ...")
         self._run_choose(m)
 
     @work(thread=True, exclusive=True, group="choose", exit_on_error=False)
-    def _run_choose(self, m: ModuleProfile) -> None:
+    def _run_choose(self, m: ModuleGroup) -> None:
         self._choose(m)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

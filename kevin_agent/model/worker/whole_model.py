@@ -1,0 +1,168 @@
+"""The whole model timed with delivered kernels and without them (``kevin-opt e2e``), in one worker.
+
+Each kernel module is imported first, under the name the model file imports it by and from the
+folder its build is in, so that a model file that installs the kernels itself finds them built.
+Without the kernels (``with_kernels`` false): every guard the model file put on their modules is
+taken out, the outputs are written and the forward timed. With them: each kernel is installed at
+every module it goes into that the file did not install it at; the outputs are compared with those
+written, with every kernel and, when there are several, with each alone and with all but each;
+then the model is timed with none, with all, and with all but each, call by call in rounds,
+interleaved and in a turning order, so that load on the machine and what one call leaves the next
+weigh on every variant alike.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import torch
+
+from ...evaluate.rounds import ratios
+from ...evaluate.worker import Mismatch, Outcome, Timer, compare, describe, import_file
+from ..jobs import E2EKernelRun, E2ERun, ModelJob
+from .loading import LoadedModel, ModelProblem, forward, load
+
+Guards = list[list[tuple[torch.nn.Module, object]]]
+"""Per kernel, (module, its guard) at each module it is installed at."""
+
+
+def installed_guard(module: torch.nn.Module):
+    """The guard a delivered kernel module put on ``module`` (the model file may install it
+    itself, once ``kevin-opt install --write`` changed it), or None."""
+    guard = module.__dict__.get("forward")
+    return guard if hasattr(guard, "original") and hasattr(guard, "kernel_calls") else None
+
+
+def _import_kernels(job: ModelJob) -> list:
+    saved = os.environ.get("TORCH_EXTENSIONS_DIR")
+    modules = []
+    try:
+        for kernel in job.kernels:
+            os.environ["TORCH_EXTENSIONS_DIR"] = kernel.build_dir
+            try:
+                modules.append(import_file(kernel.path, kernel.stem))
+            except Exception as exc:
+                raise ModelProblem("kernel", f"importing {os.path.basename(kernel.path)} failed: "
+                                             f"{describe(exc, kernel.path)}") from None
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+        else:
+            os.environ["TORCH_EXTENSIONS_DIR"] = saved
+    return modules
+
+
+def _module(loaded: LoadedModel, path: str) -> torch.nn.Module:
+    try:
+        return loaded.model.get_submodule(path)
+    except AttributeError:
+        raise ModelProblem("kernel", f"the model has no module {path!r} for the kernel to go into") from None
+
+
+def _install(loaded: LoadedModel, job: ModelJob, modules: list) -> Guards:
+    guards: Guards = []
+    for kernel, code in zip(job.kernels, modules):
+        mine = []
+        for path in kernel.members:
+            module = _module(loaded, path)
+            if installed_guard(module) is None:
+                try:
+                    code.install(loaded.model, path)
+                except Exception as exc:
+                    raise ModelProblem("kernel", f"installing {os.path.basename(kernel.path)} at {path!r} failed: "
+                                                 f"{describe(exc, kernel.path)}") from None
+            mine.append((module, module.forward))
+        guards.append(mine)
+    return guards
+
+
+def _set(guards: Guards, on: list[bool]) -> None:
+    for mine, enabled in zip(guards, on):
+        for module, guard in mine:
+            module.forward = guard if enabled else guard.original
+
+
+def _matches(loaded: LoadedModel, expected, s) -> tuple[bool, str, Outcome]:
+    outcome = Outcome()
+    try:
+        compare(forward(loaded), expected, s.atol, s.rtol, outcome, s.tolerance)
+    except Mismatch as exc:
+        return False, str(exc), outcome
+    return True, "", outcome
+
+
+def run(job: ModelJob, parent) -> E2ERun:
+    s = job.settings
+    modules = _import_kernels(job)
+    loaded = load(s, job.model_path)
+    timer = Timer(s.device)
+    if not job.with_kernels:
+        for kernel in job.kernels:
+            for path in kernel.members:
+                module = _module(loaded, path)
+                if (guard := installed_guard(module)) is not None:
+                    module.forward = guard.original
+        torch.save(forward(loaded), job.outputs_path)
+        parent.note("timing")
+        return E2ERun(forward_ms=timer.time(loaded.model, loaded.inputs, warmup=s.warmup_runs,
+                                            runs=s.timed_runs).median_ms)
+    parent.note("installing")
+    guards = _install(loaded, job, modules)
+    for mine in guards:
+        for _, guard in mine:
+            guard.kernel_calls = guard.fallback_calls = 0
+    expected = torch.load(job.outputs_path, weights_only=True)
+    n = len(guards)
+    every = [True] * n
+    _set(guards, every)
+    match, mismatch, outcome = _matches(loaded, expected, s)
+    result = E2ERun(forward_ms=0.0, outputs_match=match, mismatch=mismatch, max_abs_err=outcome.max_abs_err,
+                    max_rel_err=outcome.max_rel_err)
+    result.kernels = [E2EKernelRun(kernel_calls=sum(g.kernel_calls for _, g in mine),
+                                   fallback_calls=sum(g.fallback_calls for _, g in mine)) for mine in guards]
+    result.kernel_calls = sum(k.kernel_calls for k in result.kernels)
+    result.fallback_calls = sum(k.fallback_calls for k in result.kernels)
+    if n > 1:
+        for i, effect in enumerate(result.kernels):
+            _set(guards, [j == i for j in range(n)])
+            effect.alone_match, effect.alone_mismatch, _ = _matches(loaded, expected, s)
+            _set(guards, [j != i for j in range(n)])
+            effect.without_match = _matches(loaded, expected, s)[0]
+        _set(guards, every)
+    parent.note("timing")
+    variants = [[False] * n, every] + ([[j != i for j in range(n)] for i in range(n)] if n > 1 else [])
+
+    def call(on: list[bool]):
+        def fn(*inputs):
+            _set(guards, on)
+            try:
+                return loaded.model(*inputs)
+            finally:
+                _set(guards, every)
+        return fn
+
+    runs = _rounds(timer, [call(on) for on in variants], loaded.inputs, warmup=s.warmup_runs, rounds=s.timed_runs)
+    plain, installed = runs[0], runs[1]
+    result.forward_ms, result.plain_ms = statistics.median(installed), statistics.median(plain)
+    result.speedup = statistics.median(ratios(plain, installed))
+    for effect, without in zip(result.kernels, runs[2:]):
+        effect.ratios = ratios(without, installed)
+        effect.contribution = statistics.median(effect.ratios)
+    return result
+
+
+def _rounds(timer: Timer, fns: list, inputs: list, *, warmup: int, rounds: int) -> list[list[float]]:
+    """Each callable's times (ms), round by round, each round calling every one once, the order
+    turned by one each round: a call pays for what the one before it left (memory the allocator
+    handed back to the system, a cache it filled), and turning the order spreads that over all."""
+    times: list[list[float]] = [[] for _ in fns]
+    with torch.no_grad():
+        for fn in fns:
+            for _ in range(warmup):
+                fn(*inputs)
+        timer.sync()
+        for r in range(rounds):
+            for i in [*range(r % len(fns), len(fns)), *range(r % len(fns))]:
+                times[i].append(timer.one(fns[i], inputs).stream_ms)
+    return times
