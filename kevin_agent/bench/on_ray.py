@@ -8,9 +8,11 @@ its kernel kept, the table rewritten), once per task id. A node that dies takes 
 flight with it: Ray runs them again elsewhere (``max_retries``), and a task that still comes back
 without a result is submitted again, up to ``RESUBMITS`` times, before its row says it was lost.
 
-An interrupt cancels the tasks in flight; every finished task is kept, and ``resume`` runs the
-others again from their first turn (their partial runs stayed on the nodes). A task whose
-unfinished run is on the head (from a bench started without Ray) is shipped with it and resumed.
+An interrupt stops the tasks in flight through an actor of the head's (``ray_task.Stop``): each
+one's run ends as an interrupted run does and comes back as the task's return value, unpacked
+under ``runs/`` (a task that does not come back within ``CUT_SHORT_S`` is cancelled, and its
+run is lost: it starts again from its first turn). Every finished task is kept, and ``resume``
+ships each unfinished run with its task, which goes on from its last finished turn, on Ray or here.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..results.bench import BenchTask, TaskResult
 from ..task import load_task
 from .driver import device_name_of, finish_task
 from .one_task import failed, unfinished_run
-from .ray_task import pack, run_payload, unpack
+from .ray_task import Stop, pack, run_payload, unpack
 from .store import BenchStore
 
 RAY_EXTRA = "pip install 'kevin-opt[ray]'"
@@ -36,6 +38,8 @@ RESUBMITS = 2
 """Further submissions of a task that came back as an error (its retries spent)."""
 CONNECT_TIMEOUT_S = 5.0
 WAIT_S = 1.0
+CUT_SHORT_S = 60.0
+"""How long an interrupt waits for the tasks in flight to bring their runs back."""
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -114,25 +118,26 @@ class RayCluster:
         """Run the bench's pending tasks on the cluster; False when a signal stopped it."""
         ray = self.ray
         remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(run_payload)
+        stop = ray.remote(num_cpus=0)(Stop).remote()
         resources = {"num_gpus": 1} if config.device == "cuda" else {"num_cpus": 1}
         queue = list(store.pending())
         submits: dict[str, int] = {}
         flight: dict = {}
-        device_name = device_name_of(store)
 
         def submit(task: BenchTask) -> None:
             try:
                 payload = self._payload(store, task, config, replaying)
             except (KevinError, _Unreadable) as exc:  # the row says why, the bench goes on
-                finish_task(store, failed(task, str(exc)), sink, device_name=device_name)
+                finish_task(store, failed(task, str(exc)), sink, device_name=device_name_of(store))
                 return
             submits[task.task_id] = submits.get(task.task_id, -1) + 1
-            flight[remote.options(**resources).remote(payload)] = task
+            flight[remote.options(**resources).remote(payload, stop)] = task
             sink.task_started(task.task_id)
 
         try:
             while queue or flight:
                 if signals.signum is not None:
+                    self._keep_cut_short(store, flight, submits, stop, sink)
                     return False
                 while queue and len(flight) < self.slots(config.device):
                     submit(queue.pop(0))
@@ -148,22 +153,50 @@ class RayCluster:
                             sink.note(f"[{task.task_id}] was lost ({type(exc).__name__}); running it again")
                             queue.insert(0, task)
                         else:
-                            finish_task(store, failed(task, f"lost {submits[task.task_id] + 1} times: {exc}",
-                                                      attempt=submits[task.task_id]), sink, device_name=device_name)
+                            lost = failed(task, f"lost {submits[task.task_id] + 1} times: {exc}",
+                                          attempt=submits[task.task_id])
+                            finish_task(store, lost, sink, device_name=device_name_of(store))
                         continue
-                    if reply["run"] is not None:
-                        unpack(reply["run"], store.runs_root, Path(task.path))
-                    if reply["result"] is None:
+                    if not self._keep(store, task, reply, submits[task.task_id], sink):
                         queue.insert(0, task)  # interrupted on its node: run (resume) it again
-                        continue
-                    result = TaskResult.model_validate_json(reply["result"])
-                    result = result.model_copy(update={"path": task.path, "attempt": submits[task.task_id]})
-                    device_name = device_name or device_name_of(store)
-                    finish_task(store, result, sink, device_name=device_name)
             return signals.signum is None
         finally:
             for ref in flight:
                 ray.cancel(ref, force=True)
+
+    def _keep(self, store: BenchStore, task: BenchTask, reply: dict, attempt: int, sink: BenchSink) -> bool:
+        """A task's reply kept: its run unpacked under ``runs/`` and its row recorded; False when
+        it has no row (its run was interrupted, and is resumed from there)."""
+        if reply["run"] is not None:
+            unpack(reply["run"], store.runs_root, Path(task.path))
+        if reply["result"] is None:
+            return False
+        result = TaskResult.model_validate_json(reply["result"])
+        result = result.model_copy(update={"path": task.path, "attempt": attempt})
+        finish_task(store, result, sink, device_name=device_name_of(store))
+        return True
+
+    def _keep_cut_short(self, store: BenchStore, flight: dict, submits: dict[str, int], stop,
+                        sink: BenchSink) -> None:
+        """Stop the tasks in flight and keep the runs they bring back: each task's run ends as an
+        interrupted run does (its evaluation's workers killed) and is unpacked under ``runs/``;
+        one that ended before it heard keeps its row."""
+        ray = self.ray
+        if not flight:
+            return
+        sink.note(f"stopping {len(flight)} tasks in flight; their finished turns are kept")
+        try:
+            ray.get(stop.set.remote(), timeout=CUT_SHORT_S)
+            ready, _ = ray.wait(list(flight), num_returns=len(flight), timeout=CUT_SHORT_S)
+        except Exception:  # noqa: BLE001 - the runs are lost, not the bench: resume starts them again
+            return
+        for ref in ready:
+            task = flight.pop(ref)
+            try:
+                reply = ray.get(ref)
+            except Exception:  # noqa: BLE001 - lost on its node: resume starts it again
+                continue
+            self._keep(store, task, reply, submits[task.task_id], sink)
 
     def close(self) -> None:
         if self.ray is not None:

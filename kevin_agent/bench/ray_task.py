@@ -5,6 +5,8 @@ Nothing of the head's file system is assumed on the node: the task file's source
 run directory goes back to the head as a compressed tar, with the task's row. The node needs
 kevin-opt installed (the same version) and, for cuda, its GPU; Ray gives the task one
 (``CUDA_VISIBLE_DEVICES``), and the run's evaluation uses it as a run on that machine would.
+A bench interrupted on the head stops its tasks through a ``Stop`` actor: each task's run ends as
+an interrupted run does and still comes back, to be resumed from its last finished turn.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ import json
 import shutil
 import tarfile
 import tempfile
+import threading
 from pathlib import Path
 
 from ..results.bench import BenchTask
 from ..store import list_runs
+
+POLL_S = 1.0
+"""How often a task asks the head's ``Stop`` whether the bench was interrupted."""
 
 
 def pack(run_dir: Path) -> bytes:
@@ -48,8 +54,62 @@ def unpack(data: bytes, runs_root: Path, task_path: Path) -> Path:
     return target
 
 
-def run_payload(payload: dict) -> dict:
-    """The Ray task: run the bench task the payload describes; its row and its packed run back."""
+class Stop:
+    """A Ray actor of the head's that says the bench was interrupted: each task asks it once a
+    second and, once told, aborts its run as a signal would on one machine, so the run ends as
+    interrupted with its finished turns and goes back to the head as the task's own return value
+    (which ``ray.cancel`` would have thrown away)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def set(self) -> None:
+        self.stopped = True
+
+    def is_set(self) -> bool:
+        return self.stopped
+
+
+class _Watch:
+    """Aborts the task's engine once the head's ``Stop`` is set (asked every ``POLL_S``)."""
+
+    def __init__(self, stop) -> None:
+        self.stop = stop
+        self.told = threading.Event()
+        self.done = threading.Event()
+        self.engine = None
+        self._lock = threading.Lock()
+        threading.Thread(target=self._poll, name="kevin-bench-stop", daemon=True).start()
+
+    def _poll(self) -> None:
+        import ray
+
+        while not self.done.wait(POLL_S):
+            try:
+                told = ray.get(self.stop.is_set.remote(), timeout=POLL_S * 10)
+            except Exception:  # noqa: BLE001 - the head gone: Ray ends this task itself
+                continue
+            if told:
+                self.told.set()
+                self._abort()
+                return
+
+    def _abort(self) -> None:
+        with self._lock:
+            engine = self.engine
+        if engine is not None:
+            engine.abort()
+
+    def on_engine(self, engine) -> None:
+        with self._lock:
+            self.engine = engine
+        if engine is not None and self.told.is_set():
+            engine.abort()
+
+
+def run_payload(payload: dict, stop=None) -> dict:
+    """The Ray task: run the bench task the payload describes; its row and its packed run back
+    (no row: the run was interrupted, when the head set ``stop``, a ``Stop`` actor)."""
     from ..config import load_config
     from ..registry import build_registry
     from ..run.launch import open_backend
@@ -57,6 +117,7 @@ def run_payload(payload: dict) -> dict:
     from .one_task import run_task
 
     task = BenchTask.model_validate(payload["task"])
+    watch = _Watch(stop) if stop is not None else None
     folder = Path(tempfile.mkdtemp(prefix="kevin-bench-task-"))
     try:
         task_file = folder / "task" / Path(task.path).name
@@ -79,7 +140,7 @@ def run_payload(payload: dict) -> dict:
         backend = open_backend(config, registry)
         try:
             outcome = run_task(task, config, runs_root, backend=backend, registry=registry, sink=_Quiet(),
-                               task_path=task_file)
+                               task_path=task_file, on_engine=watch.on_engine if watch else lambda engine: None)
         finally:
             backend.close()
         runs = [info.run_id for info, _ in list_runs(runs_root)]
@@ -87,6 +148,8 @@ def run_payload(payload: dict) -> dict:
         return {"result": outcome.result.model_dump_json() if outcome.result is not None else None,
                 "run": pack(runs_root / run_id) if run_id else None}
     finally:
+        if watch is not None:
+            watch.done.set()
         kill_all_workers()
         shutil.rmtree(folder, ignore_errors=True)
 

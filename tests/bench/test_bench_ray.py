@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -96,3 +97,62 @@ def test_local_and_ray_give_the_same_table_and_a_lost_node_costs_only_its_tasks(
     history = json.loads(kevin("history", "--json", cwd=repo).stdout)
     assert [b["bench_id"] for b in history["benches"]] == [bench_id]
     assert history["benches"][0]["tasks_done"] == 6 and history["benches"][0]["correct"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_an_interrupted_ray_bench_keeps_its_tasks_finished_turns_for_resume(tmp_path, monkeypatch):
+    """SIGTERM to the head while a node's build hangs: the task's run (its first turn finished)
+    comes back to the head, and `resume BENCH --ray` ships it to another node, which continues it."""
+    from .test_bench_lifecycle import SETTINGS, project
+
+    repo, envs = project(tmp_path)
+    # The first node's builds go to a compiler that never ends (a node's environment is its tasks').
+    for key in ("CXX", "SLOW_CXX_PIDS", "KEVIN_CACHE_DIR"):
+        monkeypatch.setenv(key, envs["slow"][key])
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 100 * 2**20,
+                                                            "include_dashboard": False})
+    try:
+        slow = cluster.add_node(**NODE)
+        proc = subprocess.Popen([sys.executable, "-m", "kevin_agent.cli", "bench", "tasks", *SETTINGS, "--ray",
+                                 cluster.address], cwd=repo, env=envs["env"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 600
+            while not (envs["pids"].exists() and envs["pids"].read_text().strip()):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "stopping 1 tasks in flight" in err and "Traceback" not in err
+        (bench_dir,) = (repo / ".kevin" / "benches").iterdir()
+        assert [json.loads(x)["task_id"] for x in (bench_dir / "tasks.jsonl").read_text().splitlines()] == [
+            "tasks/a_softmax"]
+        assert json.loads((bench_dir / "bench.json").read_text())["status"] == "interrupted"
+        (run_dir,) = [p for p in (bench_dir / "runs").iterdir() if "rmsnorm" in p.name]
+        kept = (run_dir / "turns.jsonl").read_text().splitlines()
+        assert len(kept) == 1  # turn 1 came back; turn 2's build was cut short and is not recorded
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["status"] == "interrupted" and run["task"]["path"] == str(repo / "tasks" / "b_rmsnorm.py")
+
+        # The slow node goes; a node with the real compiler takes the task and its run.
+        cluster.remove_node(slow)
+        for key in ("CXX", "SLOW_CXX_PIDS", "KEVIN_CACHE_DIR"):
+            monkeypatch.delenv(key)
+        cluster.add_node(**NODE)
+        again = kevin("resume", bench_dir.name, "--headless", "--ray", cluster.address, cwd=repo, env=envs["env"],
+                      timeout=900)
+    finally:
+        cluster.shutdown()
+    assert again.returncode == 0, again.stderr
+    assert "2 tasks, 1 done before" in again.stderr and "[tasks/a_softmax] started" not in again.stderr
+    rows = [json.loads(x) for x in (bench_dir / "tasks.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["tasks/a_softmax", "tasks/b_rmsnorm"]
+    # The same run went on from its kept turn: a run started again would have a new id and turn 1 anew.
+    assert rows[1]["run_id"] == run_dir.name and rows[1]["correct"] and rows[1]["first_correct_turn"] == 2
+    assert (run_dir / "turns.jsonl").read_text().splitlines()[0] == kept[0]
+    assert json.loads((bench_dir / "bench.json").read_text())["status"] == "completed"
