@@ -115,8 +115,8 @@ class EvalOptions(BaseModel):
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     """Build cache: one folder per candidate source and toolchain (KEVIN_CACHE_DIR)."""
     cpu_threads: int | None = Field(1, ge=1)
-    """cpu device: intra-op threads for the candidate and the reference alike (None: torch's default).
-    One thread keeps timings stable on shared machines and compares like with like."""
+    """cpu device: intra-op threads for the candidate and the reference alike. One thread keeps
+    timings stable on shared machines and compares like with like; None leaves it to torch."""
     op_audit: bool = True
     """Run the candidate once under a dispatch mode and reject it if it calls a PyTorch compute
     operator, from Python or from its C++ code: the run-time side of the no-torch-compute rule."""

@@ -21,7 +21,8 @@ class ExitCode(IntEnum):
     ENVIRONMENT = 3
     """The environment cannot run it (no GPU, no backend)."""
     INTERRUPTED = 130
-    """Interrupted by SIGINT (128 + the signal's number; SIGTERM gives 143, SIGHUP 129)."""
+    """Interrupted by SIGINT (128 + the signal's number; SIGTERM gives 143, SIGHUP 129), or the person
+    quit the terminal UI while the run went on."""
 
     @staticmethod
     def for_signal(signum: int) -> int:

@@ -9,6 +9,11 @@ from .results.ncu import NcuProfile
 STAGE_ORDER = ("generation", "queue", "compile", "load", "correctness", "timing")
 
 
+def counted(n: int | float, noun: str, plural: str | None = None) -> str:
+    """``1 turn``, ``2 turns``: a number with its noun in the right number."""
+    return f"{n:g} {noun if n == 1 else plural or noun + 's'}"
+
+
 def fmt_speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 

@@ -274,6 +274,18 @@ def test_a_better_committed_kernel_is_replaced_only_with_replace(finished):
     # The stored confirmation is of the same kernels with the same settings: reused, not timed again.
     assert "confirming the best" not in proc.stderr
     assert again["best"]["confirmation"] == summary["best"]["confirmation"]
+    # Where the winner waits, and what delivers it.
+    run_dir = Path(summary["run_dir"])
+    kept = f"the winning kernel is kept in {run_dir / summary['best']['kernel_path']}"
+    assert f"{kept}; kevin-opt resume {summary['run_id']} --replace delivers it" in proc.stderr, proc.stderr
+    # An edit of the person's in the module: never overwritten, and said how to go on once it is put away.
+    module.write_text(better + "# my own note\n")
+    proc = kevin("resume", summary["run_id"], "--headless", "--replace", cwd=repo)
+    assert proc.returncode == 1 and "uncommitted changes in rmsnorm_kevin.py" in proc.stderr, proc.stderr
+    assert (f"kevin-opt resume {summary['run_id']} --replace delivers it once the changes there are committed, "
+            "stashed or discarded") in proc.stderr
+    assert module.read_text() == better + "# my own note\n"
+    subprocess.run(["git", "-C", repo, "stash", "-q"], check=True)
     proc = kevin("resume", summary["run_id"], "--headless", "--replace", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert "replaced rmsnorm_kevin.py, which claimed 99.00x" in proc.stderr

@@ -160,12 +160,40 @@ def test_cuda_responses_parse(name):
         assert parsed.summary
 
 
+def built_as_a_run_builds_it(code: str, device: str) -> Path | None:
+    """The kernel built where a run of the same kernel looks for it (the session's build cache, by
+    kevin-opt's fast build): once for this test and the demo runs of the other tests. The folder,
+    or None when it does not build (this process's own build then says why)."""
+    from kevin_agent.config import RunConfig
+    from kevin_agent.evaluate.parent.builds import compile_in
+    from kevin_agent.evaluate.parent.pool import scrubbed_env
+    from kevin_agent.evaluate.toolchain import cache
+
+    settings = RunConfig().eval_settings(device)
+    folder = settings.cache_dir / cache.build_key(code, device, settings.fast_build)
+    env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(device)})
+    build = compile_in(folder, code, settings=settings, env=env, job={"settings": settings})
+    return folder if build.ok else None
+
+
 def compile_and_compare(name: str, turn: int, tmp_path: Path, device: str = "cpu") -> None:
     code = parse_response(responses(name, device)[turn - 1]).code
     path = tmp_path / f"{name}_{device}_turn{turn}.py"
     path.write_text(code, encoding="utf-8")
     task_module = import_file(EXAMPLES / f"{name}.py", f"kevin_example_ref_{name}")
-    candidate_module = import_file(path, f"kevin_example_new_{name}_{device}_{turn}")
+    folder = built_as_a_run_builds_it(code, device) if device == "cpu" else None
+    saved = os.environ.get("TORCH_EXTENSIONS_DIR")
+    try:
+        if folder is not None:
+            # This process's load_inline finds the build up to date there, as a run's worker does.
+            os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
+        candidate_module = import_file(path, f"kevin_example_new_{name}_{device}_{turn}")
+    finally:
+        if folder is not None:
+            if saved is None:
+                os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+            else:
+                os.environ["TORCH_EXTENSIONS_DIR"] = saved
     reference, candidate = build_models(task_module, candidate_module, device)
     assert_matches(task_module, reference, candidate, device)
 
@@ -202,7 +230,8 @@ def test_every_cpu_response_behaves_as_scripted(name, turn, tmp_path):
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("name", NAMES)
-def test_final_cuda_kernel_is_correct(name, tmp_path):
+def test_final_cuda_kernel_is_correct(name, tmp_path, gpu_builds, monkeypatch):
+    gpu_builds.use_plain(name, monkeypatch)  # built with the session's others, at once
     compile_and_compare(name, len(responses(name, "cuda")), tmp_path, device="cuda")
 
 
@@ -231,7 +260,8 @@ def test_cuda_few_shot_example_is_well_formed():
 
 @pytest.mark.gpu
 @needs_gpu
-def test_cuda_few_shot_example_runs():
+def test_cuda_few_shot_example_runs(gpu_builds, monkeypatch):
+    gpu_builds.use_plain("cuda_add", monkeypatch)
     module = import_file(example_path("cuda_add.py"), "kevin_prompt_example_cuda_add")
     a, b = torch.randn(1, 4096, device="cuda"), torch.randn(1, 4096, device="cuda")
     torch.testing.assert_close(module.ModelNew()(a, b), a + b, rtol=0, atol=0)

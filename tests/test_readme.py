@@ -44,3 +44,10 @@ def test_the_keys_the_readme_names_are_the_run_screens():
     keys = {b.key: b.action.removeprefix("app.") for b in RunScreen.BINDINGS}
     assert keys["e"] == "toggle_reasoning" and keys["v"] == "follow_live"
     assert "`e` expand or collapse the reasoning" in README and "`v` view the live" in README
+
+
+def test_the_readme_gives_every_exit_code_the_tool_uses():
+    section = " ".join(README.split("Exit codes: ", 1)[1].split("\n\n", 1)[0].split())
+    for code, words in (("`130`, `143`, `129`", "SIGINT, SIGTERM or SIGHUP"),
+                        ("`130` also when `q` quits", "while a run goes on"), ("`141`", "SIGPIPE")):
+        assert code in section and words in section, (code, section)

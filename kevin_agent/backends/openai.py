@@ -26,6 +26,10 @@ PLACEHOLDER_KEY = "not-needed"
 #: How long a cancelled generate() waits for its streams to close before returning.
 CANCEL_GRACE_S = 0.5
 
+#: The check before a run waits this long for the server to accept a connection: a server that is
+#: not there is said at once, not after the retries a request of a running turn gets.
+CHECK_CONNECT_S = 5.0
+
 SERVE_HINT = (
     f"start a server with: vllm serve {DEFAULT_MODEL} --max-model-len 32768 --reasoning-parser deepseek_r1 "
     "(add --tensor-parallel-size N for N GPUs), or use --backend vllm on a GPU machine"
@@ -121,15 +125,26 @@ class OpenAIBackend(BatchBackend):
         """The model names the server lists at /models (empty when it has no such endpoint)."""
         return self._with_retries(self._list_models, None)
 
-    def _list_models(self) -> list[str]:
+    def _list_models(self, client: openai.OpenAI | None = None) -> list[str]:
         try:
-            return [m.id for m in self._client.models.list()]
+            return [m.id for m in (client or self._client).models.list()]
         except openai.NotFoundError:
             return []
 
     def check(self) -> None:
-        """Before the run: the server answers and serves the model (``Backend`` says when)."""
-        self.check_model()
+        """Before the run: the server answers and serves the model (``Backend`` says when). One try
+        with a short connect timeout: nothing listening is said at once. A server that answers
+        busy (429, 5xx) is retried as any request is."""
+        client = self._client.with_options(timeout=openai.Timeout(self.timeout_s, connect=CHECK_CONNECT_S))
+        try:
+            served = self._classify(lambda: self._list_models(client))
+        except Retry as retry:
+            if retry.reason.startswith("cannot connect"):
+                raise self._gave_up(retry.reason, 0) from None
+            served = self.served_models()
+        if served and self.model not in served:
+            raise self._wrong_model(served)
+        self._model_checked = True
 
     def check_model(self) -> None:
         """Fail early and clearly when the server is down or does not serve ``self.model``."""

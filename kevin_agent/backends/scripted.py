@@ -61,7 +61,7 @@ class ScriptedBackend(BatchBackend):
         if needed > len(self.responses):
             turn = self.position // len(prompts) + 1
             raise BackendError(
-                f"the script {self.path} has {len(self.responses)} responses and turn {turn} "
+                f"the script {self.path} has {len(self.responses)} response{'' if len(self.responses) == 1 else 's'} and turn {turn} "
                 f"needs more (responses {self.position + 1} to {needed})",
                 "lower --turns or add responses",
             )

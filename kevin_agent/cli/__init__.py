@@ -9,6 +9,7 @@ Exit codes are ``errors.ExitCode``.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -27,6 +28,11 @@ STORE_HELP = ("where the runs are stored (default: .kevin/runs at the top of the
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        # `--turn 2 --fast` is a typo, not `--turns 2 --fast-build`: every flag is spelled out.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         # What is wrong and where to read more, as git does; not the whole usage first, which
         # pushes the one line that matters off the screen.
@@ -57,7 +63,10 @@ def _flag(group, setting: str, *names: str, help: str | None = None, **kw) -> No
     """A flag for the run setting ``setting``; unset stays None so lower layers can fill it."""
     assert setting in RunConfig.model_fields, setting
     flags = names or (f"--{setting.replace('_', '-')}",)
-    text = (help or field_help(setting)).replace("%", "%%")  # argparse formats help with %
+    text = help or field_help(setting)
+    if text[:2].istitle():  # "Where kernels run" reads as argparse's own lines do; "JSONL of ..." stays
+        text = text[0].lower() + text[1:]
+    text = text.replace("%", "%%")  # argparse formats help with %
     group.add_argument(*flags, dest=setting, default=None, help=text, **kw)
 
 
@@ -71,7 +80,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     if not resume:
         _flag(g, "trajectories", type=_positive_int, metavar="N")
     if not resume:
-        _flag(g, "search")
+        _flag(g, "search", metavar="NAME")
         _flag(g, "beam_width", type=_positive_int, metavar="K")
     _flag(g, "target_speedup", type=_nonneg_float, metavar="X")
     _flag(g, "stop_at_roofline", type=_positive_float, metavar="F")
@@ -81,7 +90,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
         _flag(m, "backend", metavar="NAME", help=_choices_help("backend", registry.backends))
         _flag(m, "model", metavar="NAME")
         _flag(m, "responses", type=Path, metavar="PATH")
-        _flag(m, "temperature", type=_nonneg_float)
+        _flag(m, "temperature", type=_nonneg_float, metavar="X")
         _flag(m, "max_tokens", type=_positive_int, metavar="N")
         _flag(m, "context_tokens", type=_positive_int, metavar="N")
         _flag(m, "tensor_parallel_size", type=_positive_int, metavar="N")
@@ -123,8 +132,8 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
 
 def _add_eval_flags(group) -> None:
     _flag(group, "tolerance", choices=["strict", "kernelbench"])
-    _flag(group, "atol", type=_nonneg_float)
-    _flag(group, "rtol", type=_nonneg_float)
+    _flag(group, "atol", type=_nonneg_float, metavar="X")
+    _flag(group, "rtol", type=_nonneg_float, metavar="X")
     _flag(group, "reference_tf32", action=argparse.BooleanOptionalAction)
     _flag(group, "correctness_trials", type=_positive_int, metavar="N")
     _flag(group, "timed_runs", type=_positive_int, metavar="N")
@@ -144,7 +153,7 @@ def build_parser(registry) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="optimize a task file (the default command)")
-    run.add_argument("file", type=Path, metavar="FILE", help="Python file with the module to optimize")
+    run.add_argument("file", type=Path, metavar="FILE", help="the Python file with the module to optimize")
     _add_run_flags(run, registry)
 
     resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn, or a bench's "
@@ -189,6 +198,20 @@ def build_parser(registry) -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+    """Exit 2 naming the arguments no parser took, by the subcommand's usage; a flag that begins a
+    real one (``--turn``) is named with it, since no flag is taken by its first letters."""
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    owner = sub.choices.get(command, parser) if command else parser
+    known = [o for a in owner._actions for o in a.option_strings if o.startswith("--")]
+    said = []
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        meant = [o for o in known if flag.startswith("--") and o.startswith(flag)]
+        said.append(f"{arg} (did you mean {' or '.join(meant[:3])}?)" if meant else arg)
+    owner.error(f"unrecognized arguments: {' '.join(said)}")
+
+
 def normalize_argv(argv: list[str]) -> list[str]:
     """`kevin-opt FILE ...` means `kevin-opt run FILE ...`."""
     for i, arg in enumerate(argv):
@@ -208,18 +231,34 @@ def main(argv: list[str] | None = None) -> int:
     for problem in registry.load_errors:
         print(f"kevin-opt: warning: {problem}", file=sys.stderr)
     parser = build_parser(registry)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _refuse_unknown(parser, args.command, extra)
     if args.command is None:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
     from . import commands, model_commands
 
     try:
-        if args.command in MODEL_COMMANDS:
-            return int(model_commands.dispatch(args))
-        return int(commands.dispatch(args, registry))
-    except KevinError as exc:
-        return print_error(exc)
-    except KeyboardInterrupt as exc:
-        print("kevin-opt: interrupted", file=sys.stderr)
-        return ExitCode.for_signal(getattr(exc, "signum", signal.SIGINT))
+        try:
+            if args.command in MODEL_COMMANDS:
+                code = int(model_commands.dispatch(args))
+            else:
+                code = int(commands.dispatch(args, registry))
+        except KevinError as exc:
+            code = print_error(exc)
+        except KeyboardInterrupt as exc:
+            print("kevin-opt: interrupted", file=sys.stderr)
+            code = ExitCode.for_signal(getattr(exc, "signum", signal.SIGINT))
+        sys.stdout.flush()  # a reader gone shows here, where it is caught, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """stdout's reader left (``kevin-opt history | head -3``): end quietly, with the exit status of
+    a process that SIGPIPE ended, as git and coreutils do."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush has nothing to fail on
+    return ExitCode.for_signal(signal.SIGPIPE)

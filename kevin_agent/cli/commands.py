@@ -10,16 +10,16 @@ from pathlib import Path
 from ..config import given_settings, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
-from ..results.winner import best_of_run, confirmed_turns
-from ..formatting import (best_words, confirmed_line, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
+from ..formatting import (best_words, confirmed_line, counted, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
-from .progress import ProgressPrinter, turn_error, turn_line
-from .stored import KINDS, kind_of
 from ..registry import Registry
 from ..results import Status
 from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
 from ..results.lineage import tree_lines
+from ..results.winner import best_of_run, confirmed_turns
 from ..store import RunStore, default_runs_root, effective_status, list_runs
+from .progress import ProgressPrinter, turn_error, turn_line
+from .stored import KINDS, kind_of
 
 
 config_overrides = given_settings
@@ -219,7 +219,7 @@ def cmd_show(args) -> int:
         if info.device_facts is not None and (peaks := info.device_facts.peaks_words()):
             print(f"device in theory: {peaks} ({info.device_facts.source})")
         search = info.config.get("search", "independent")
-        print(f"model {info.model} via {info.backend}; {info.trajectories} x {info.turns} turns, {search} search")
+        print(f"model {info.model} via {info.backend}; {info.trajectories} x {counted(info.turns, 'turn')}, {search} search")
         confirmed = confirmed_turns(info, records)
         # In the order they happened within each trajectory, cancelled generations included.
         for rec in sorted(store.all_records(), key=lambda r: (r.trajectory, r.turn, r.finished)):

@@ -12,13 +12,14 @@ from ..console import interactive, note, write_json
 from ..errors import ExitCode, KevinError
 
 COMMANDS = {"profile", "extract", "install", "e2e"}
+MODEL_HELP = "the model file: get_model() and get_inputs(), or a KernelBench whole-model file"
 
 
 def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     """``flag(group, setting, ...)`` adds a run setting's flag (``cli._flag``)."""
     profile = sub.add_parser("profile", help="profile a whole model and rank its modules for a kernel")
-    profile.add_argument("model_file", type=Path, metavar="MODEL", help="file with get_model() and get_inputs()")
-    _device_flags(profile, flag)
+    profile.add_argument("model_file", type=Path, metavar="MODEL", help=MODEL_HELP)
+    _device_flags(profile, flag, "where the model runs while it is profiled")
     profile.add_argument("--forwards", type=positive_int, default=None, metavar="N",
                          help="forwards under the profiler (default 10); each module's time is its median over them")
     flag(profile, "bandwidth_gb_s", type=nonneg_float, metavar="GB_S")
@@ -38,28 +39,32 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     flag(run, "trajectories", type=positive_int, metavar="N")
 
     extract = sub.add_parser("extract", help="write one module of a model as a task file")
-    extract.add_argument("model_file", type=Path, metavar="MODEL")
+    extract.add_argument("model_file", type=Path, metavar="MODEL", help=MODEL_HELP)
     extract.add_argument("--module", required=True, metavar="PATH", help="its path in the model (blocks.3.mlp)")
-    extract.add_argument("-o", "--output", type=Path, metavar="TASK",
+    extract.add_argument("-o", "--output", type=Path, metavar="PATH",
                          help="the task file to write (default <model>_<path>.py beside the model)")
     extract.add_argument("--replace", action="store_true", help="overwrite the task file if it exists")
-    _device_flags(extract, flag)
+    _device_flags(extract, flag, "where the model runs while the module is recorded and the task is checked "
+                                 "against it")
 
-    install = sub.add_parser("install", help="show (or --write) the change that puts delivered kernels in")
-    install.add_argument("model_file", type=Path, metavar="MODEL")
-    install.add_argument("--kernel", type=Path, action="append", required=True, metavar="KERNEL",
-                         help="a delivered *_kevin.py (again for each kernel: --kernel A --kernel B)")
+    install = sub.add_parser("install", help="show the change to a model file that installs delivered kernels "
+                                             "(--write writes it)")
+    install.add_argument("model_file", type=Path, metavar="MODEL", help=MODEL_HELP)
+    install.add_argument("--kernel", type=Path, action="append", required=True, metavar="PATH",
+                         help="a delivered kernel module (<task>_kevin.py); again for each kernel: --kernel A "
+                              "--kernel B")
     install.add_argument("--write", action="store_true", help="write the change into the model file")
     install.add_argument("--replace", action="store_true",
                          help="with --write: write even though the model file has uncommitted changes (they stay "
                               "in it; the change only adds lines)")
 
     e2e = sub.add_parser("e2e", help="time the whole model with and without delivered kernels")
-    e2e.add_argument("model_file", type=Path, metavar="MODEL")
-    e2e.add_argument("--kernel", type=Path, action="append", required=True, metavar="KERNEL",
-                     help="a delivered *_kevin.py (again for each kernel: with several, each one's effect is "
-                          "measured and one that breaks the outputs or slows the model is dropped)")
-    e2e.add_argument("--profile", dest="profile_json", type=Path, metavar="JSON",
+    e2e.add_argument("model_file", type=Path, metavar="MODEL", help=MODEL_HELP)
+    e2e.add_argument("--kernel", type=Path, action="append", required=True, metavar="PATH",
+                     help="a delivered kernel module (<task>_kevin.py) to run inside the model; again for each "
+                          "kernel: with several, each one's effect is measured and one that breaks the outputs or "
+                          "slows the model is dropped")
+    e2e.add_argument("--profile", dest="profile_json", type=Path, metavar="PATH",
                      help="the model's profile (kevin-opt profile --json) for Amdahl's prediction "
                           "(default: profile it now)")
     e2e.add_argument("--rounds", type=positive_int, default=None, metavar="N",
@@ -67,11 +72,11 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     e2e.add_argument("--accept-slower", action="store_true",
                      help="exit 0 even when the kernels make the whole model slower")
     e2e.add_argument("--json", dest="json_path", type=Path, metavar="PATH", help="write the result as JSON")
-    _device_flags(e2e, flag)
-    for setting in ("tolerance", "atol", "rtol", "timed_runs"):
-        kw = {"choices": ["strict", "kernelbench"]} if setting == "tolerance" else {
-            "type": positive_int if setting == "timed_runs" else nonneg_float}
-        flag(e2e, setting, **kw)
+    _device_flags(e2e, flag, "where the whole model runs, with the kernel and without it")
+    flag(e2e, "tolerance", choices=["strict", "kernelbench"])
+    flag(e2e, "atol", type=nonneg_float, metavar="X")
+    flag(e2e, "rtol", type=nonneg_float, metavar="X")
+    flag(e2e, "timed_runs", type=positive_int, metavar="N")
 
 
 def _fraction(text: str) -> float:
@@ -84,8 +89,9 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _device_flags(p: argparse.ArgumentParser, flag) -> None:
-    flag(p, "device", choices=["cpu", "cuda"])
+def _device_flags(p: argparse.ArgumentParser, flag, where: str) -> None:
+    flag(p, "device", choices=["cpu", "cuda"], help=f"{where}: cpu or cuda (default cuda when a GPU is present, "
+                                                    "else cpu)")
     flag(p, "seed", type=int, metavar="N")
     flag(p, "cpu_threads", type=int, metavar="N")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -157,7 +163,7 @@ def cmd_extract(args, model_file) -> int:
     from ..model.extract import extract_task
     from ..model.groups import group_name
 
-    _, settings = _settings(args)
+    config, settings = _settings(args)
     target = extract_task(model_file, args.module, args.output, settings, replace=args.replace,
                           timeout_s=args.timeout)
     from ..model.marks import extracted_from
@@ -176,8 +182,25 @@ def cmd_extract(args, model_file) -> int:
         print(f"left out: {path} looks the same but the task does not reproduce it ({why}); it keeps its "
               "original forward")
     print(f"signatures (calls per forward): {sigs}")
-    print(f"next: kevin-opt {target} --device {settings.device}")
+    print("\n".join(next_run(target, config, settings.device)))
     return ExitCode.OK
+
+
+def next_run(task: Path, config, device: str) -> list[str]:
+    """The run to start on ``task``, with a backend that can work here: the default (vLLM in this
+    process) needs a GPU and the vllm package; without them, a server elsewhere or a script."""
+    import importlib.util
+
+    run = f"kevin-opt {task} --device {device}"
+    if config.backend != "vllm":
+        return [f"next: {run}  (the {config.backend} backend, as configured)"]
+    missing = [why for why, lacking in (("no GPU", device != "cuda"),
+                                        ("no vllm package", importlib.util.find_spec("vllm") is None)) if lacking]
+    if not missing:
+        return [f"next: {run}"]
+    return [f"next ({' and '.join(missing)} here, so not the default vLLM backend):",
+            f"  {run} --backend openai --base-url http://HOST:PORT/v1   (Kevin-32B served on a GPU machine)",
+            f"  {run} --backend scripted --responses FILE   (hand-written answers: the loop without a model)"]
 
 
 def cmd_install(args, model_file) -> int:

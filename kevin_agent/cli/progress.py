@@ -14,6 +14,7 @@ from .. import events as ev
 from ..formatting import (
     best_words,
     confirmed_line,
+    counted,
     cut_words,
     fmt_clock,
     fmt_fraction,
@@ -143,14 +144,15 @@ class ProgressPrinter:
     def _emit(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStarted):
             self.turns = event.turns
-            resumed = f", resuming after {event.resumed_turns} finished turns" if event.resumed_turns else ""
+            resumed = f", resuming after {counted(event.resumed_turns, 'finished turn')}" if event.resumed_turns else ""
             self._out(f"kevin-opt: run {event.run_id}: {event.task} on {event.device} ({event.device_name}), "
-                      f"{event.backend} / {event.model}, {event.trajectories} x {event.turns} turns"
+                      f"{event.backend} / {event.model}, {event.trajectories} x {counted(event.turns, 'turn')}"
                       f"{f' ({event.note})' if event.note else ''}{resumed}")
             self._out(f"kevin-opt: run directory {event.run_dir}")
         elif isinstance(event, ev.TurnStarted):
             self._enter(event.trajectory, event.turn, "generating")
-            dropped = f", {event.dropped_attempts} earliest attempts dropped to fit" if event.dropped_attempts else ""
+            dropped = (f", {counted(event.dropped_attempts, 'earliest attempt')} dropped to fit"
+                       if event.dropped_attempts else "")
             self._out(f"{self._where(event.trajectory, event.turn)} generating{dropped}")
         elif isinstance(event, ev.GenerationFinished):
             self._enter(event.trajectory, event.turn, "queued")
@@ -184,7 +186,7 @@ class ProgressPrinter:
             if event.reason == "failed":
                 # The error that ended it is printed next, with its hint.
                 best = f"; {best_so_far(event.best)}" if event.best else ""
-                self._out(f"kevin-opt: run failed after {event.turns_done} turns{best}")
+                self._out(f"kevin-opt: run failed after {counted(event.turns_done, 'turn')}{best}")
                 return
             best = f"best {best_words(event.best)}" if event.best else "no verified kernel"
-            self._out(f"kevin-opt: run {event.reason} after {event.turns_done} turns: {best}")
+            self._out(f"kevin-opt: run {event.reason} after {counted(event.turns_done, 'turn')}: {best}")

@@ -42,15 +42,23 @@ def extract_task(model_file: ModelFile, path: str, out: Path | None, settings: E
     is named for the group (``default_task_path``)."""
     if out is not None:
         _check_target(model_file, out, replace)
-    task = extract_tasks(model_file, [path], settings, timeout_s=timeout_s)[0]
-    if task.error:
-        where = f"`{path}`" if path else "the whole model"
-        raise ModelError(f"{model_file.given}: {where} cannot be captured as a task: {task.error}",
-                         "write a task file for it by hand (class Model, get_inputs, get_init_inputs) and run "
-                         "kevin-opt on it, with --class NAME if your class has another name")
+    task = capture_task(model_file, path, settings, timeout_s=timeout_s)
     target = out or default_task_path(model_file, task.members or [path])
     if out is None:
         _check_target(model_file, target, replace)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(task.source, encoding="utf-8")
     return target
+
+
+def capture_task(model_file: ModelFile, path: str, settings: EvalSettings, *,
+                 timeout_s: float | None = None) -> CapturedTask:
+    """The task file (its text and the group's members) for the module at ``path``, written
+    nowhere; ``ModelError`` when it cannot be captured."""
+    task = extract_tasks(model_file, [path], settings, timeout_s=timeout_s)[0]
+    if task.error:
+        where = f"`{path}`" if path else "the whole model"
+        raise ModelError(f"{model_file.given}: {where} cannot be captured as a task: {task.error}",
+                         "write a task file for it by hand (class Model, get_inputs, get_init_inputs) and run "
+                         "kevin-opt on it, with --class NAME if your class has another name")
+    return task

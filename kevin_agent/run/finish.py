@@ -60,6 +60,8 @@ class Ending:
     """The signal that ended it."""
     quit: bool = False
     """The person quit the TUI while the run was going."""
+    run_asked: bool = True
+    """A run was started or asked for (False: the TUI's history, browsed and left)."""
     plan: DeliveryPlan | None = None
     delivery: Delivery | None = None
 
@@ -90,15 +92,17 @@ class Ending:
         run_id = engine.store.info.run_id if engine is not None else self.run_id
         out: list[str] = []
         if self.signum is not None:
-            out.append(f"interrupted by {signal_name(self.signum)}"
-                       + ("" if engine is not None else " before the run started"))
+            before = engine is None and self.run_asked
+            out.append(f"interrupted by {signal_name(self.signum)}" + (" before the run started" if before else ""))
         if self.delivery is not None:
             out += self.delivery.notes
         resumable = self.interrupted or self.error is not None or (
             self.outcome is not None and self.outcome.reason == "stopped")
         # A run that never got going has nothing to continue: its error's own hint says what to do.
         if resumable and run_id is not None and (engine is not None or self.signum is not None):
-            saved = f"{len(engine.records)} finished turns are saved. " if engine is not None else ""
+            done = len(engine.records) if engine is not None else 0
+            saved = (f"{done} finished turn{' is' if done == 1 else 's are'} saved. "
+                     if engine is not None else "")
             out.append(f"{saved}Continue with: kevin-opt resume {run_id}")
         return out
 

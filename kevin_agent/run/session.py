@@ -133,9 +133,37 @@ class RunSession:
         whole_model = _whole_model(engine, say) if plan.model_file is not None else None
         delivery = deliver(plan, engine.task, engine.store.info, self.records, declined=declined,
                            whole_model=whole_model)
+        if delivery.outcome == "refused":
+            delivery.notes.append(self._deliver_later(plan))
         engine.store.update_info(commit=delivery.commit or engine.store.info.commit, delivery=delivery.headline())
         self.ending.delivery = delivery
         return delivery
+
+    def _deliver_later(self, plan: DeliveryPlan) -> str:
+        """After a refused delivery: where the winning kernel waits, and the command that delivers it."""
+        engine = self.engine
+        best = engine.best_kernel()
+        where = f"the winning kernel is kept in {best.kernel_path}" if best is not None else "the run keeps its kernels"
+        flags = (" --replace" if plan.needs_replace else "") + (" --accept-flagged" if plan.flagged is not None else "")
+        once = " once the changes there are committed, stashed or discarded" if plan.blocked else ""
+        return f"{where}; kevin-opt resume {engine.store.info.run_id}{flags} delivers it{once}"
+
+    def as_it_stands(self) -> None:
+        """A delivery refused a while ago (the TUI stayed open), said as things stand now: what was in
+        the way may be gone (the change was stashed), and then the note says so instead of blaming it."""
+        delivery = self.ending.delivery
+        if self.engine is None or delivery is None or delivery.outcome != "refused" or not delivery.plan.blocked:
+            return
+        refused_plan, records = self.ending.plan, self.records
+        plan = self.plan()
+        self.ending.plan, self.records = refused_plan, records
+        if plan.blocked or plan.kernel is None:
+            return
+        then = "; ".join(blocked.split(":", 1)[0] for blocked in delivery.plan.blocked)
+        run_id = self.engine.store.info.run_id
+        self.ending.delivery = delivery.model_copy(update={"notes": [
+            f"not written: when the run ended there were {then}; there are none now",
+            f"{self._deliver_later(plan).split(';')[0]}; kevin-opt resume {run_id} delivers it now"]})
 
     def close(self, outputs: Outputs, registry: Registry, stream: TextIO | None = None) -> int:
         """Say how the run ended, write the summaries and give the run up; the exit code."""

@@ -37,11 +37,13 @@ def _close(app: KevinApp, outputs: finish.Outputs, registry: Registry) -> int:
     ending = app.ending()
     session = app.session
     if session is None:
-        code = finish.close(ending, outputs, registry)  # no run was shown
+        ending.run_asked = False  # the history, browsed and left
+        code = finish.close(ending, outputs, registry)
     else:
         unanswered = ending.plan is not None and ending.delivery is None
         if session.engine is not None and ending.wants_delivery() and unanswered:
             session.deliver(declined=True)  # the app was left with the question open: that is a no
+        session.as_it_stands()
         code = session.close(outputs, registry)
     if app.abandoned:
         # A second signal: the engine's thread may still be unwinding; do not wait for it.

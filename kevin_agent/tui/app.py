@@ -194,22 +194,32 @@ class KevinApp(App[int]):
         if action == "stop_run":
             return self.running and self.engine is not None and not self.engine.stop_requested
         if action == "commit_best":
-            return self.engine is not None
+            return self.engine is not None and self.engine.best_turn() is not None and not self._best_delivered()
         return True
+
+    def _best_delivered(self) -> bool:
+        """The kernel `c` would deliver is the one delivered already (a better one since offers it again)."""
+        delivery = self.delivery
+        if delivery is None or not delivery.succeeded() or delivery.plan.kernel is None or self.engine is None:
+            return False
+        best = self.engine.best_turn()
+        return best is not None and (best.trajectory, best.turn) == (delivery.plan.kernel.trajectory,
+                                                                    delivery.plan.kernel.turn)
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
 
     # --- the engine -----------------------------------------------------------------------
-    def start_engine(self, factory: EngineFactory) -> None:
-        """Show the run ``factory`` opens."""
-        self.start_session(RunSession(factory, replace=self.replace, accept_flagged=self.accept_flagged))
+    def start_engine(self, factory: EngineFactory, status: str = "starting") -> None:
+        """Show the run ``factory`` opens. ``status``: what the run screen says while the engine
+        is made (it takes seconds)."""
+        self.start_session(RunSession(factory, replace=self.replace, accept_flagged=self.accept_flagged), status)
 
-    def start_session(self, session: RunSession) -> None:
+    def start_session(self, session: RunSession, status: str = "starting") -> None:
         """Show ``session``'s run, opened and driven in a worker."""
         self._settle()
         self.session, self.running, self.outcome, self.delivery = session, True, None, None
-        self.run_screen.set_status("starting: loading the task and probing its inputs", "$text-accent")
+        self.run_screen.set_status(f"{status}: loading the task and probing its inputs", "$text-accent")
         self._run_engine(session)
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
@@ -248,7 +258,7 @@ class KevinApp(App[int]):
             self.notify(f"run {run_id} is {status}; only unfinished runs resume", severity="warning")
             return
         self.switch_mode("run")
-        self.start_engine(lambda sink: self.resume_factory(run_id, sink))
+        self.start_engine(lambda sink: self.resume_factory(run_id, sink), f"resuming {run_id}")
 
     def _settle(self) -> None:
         """The run shown is over and its delivery done: give the run up, so that other
@@ -265,6 +275,7 @@ class KevinApp(App[int]):
     @on(RunFinishedMessage)
     def _engine_event(self, message: EngineMessage) -> None:
         self.run_screen.apply(message.event)
+        self.refresh_bindings()  # a new best offers `c` again; the end of the run takes `s` away
 
     def on_confirmation_finished_message(self, message: ConfirmationFinishedMessage) -> None:
         event = message.event
@@ -362,6 +373,9 @@ class KevinApp(App[int]):
         if self._delivering:
             self.notify("a delivery is in progress", severity="warning")
             return
+        if self._best_delivered():
+            self.notify(f"the best kernel is delivered already: {self.delivery.headline()}", markup=False)
+            return
         self._plan_delivery(self.session)
 
     # --- delivery: one plan, shown, then carried out ------------------------------------------
@@ -386,10 +400,18 @@ class KevinApp(App[int]):
             elif at_end:
                 self._deliver(session, plan, declined=True)
             else:
-                self.notify("nothing written, nothing committed")
+                self.notify(self._declined_words(), markup=False)
                 self._settle()
 
         self.push_screen(ConfirmScreen(title, commit_summary(plan), yes=yes), answered)
+
+    def _declined_words(self) -> str:
+        """What a no to `c` leaves: nothing new, and what an earlier delivery wrote stays."""
+        earlier = self.delivery
+        if earlier is None or not earlier.written:
+            return "nothing written, nothing committed"
+        names = ", ".join(p.name for p in earlier.written)
+        return f"nothing new written or committed; {names} from the earlier delivery ({earlier.headline()}) stay"
 
     @work(thread=True, group="deliver", exit_on_error=False)
     def _deliver(self, session: RunSession, plan: DeliveryPlan, *, declined: bool = False) -> Delivery:
@@ -419,6 +441,7 @@ class KevinApp(App[int]):
     # --- workers: results and failures, in one place --------------------------------------
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
+        self.refresh_bindings()  # the footer offers what works after the run, the plan or the delivery
         if event.state is WorkerState.ERROR:
             self._failed(worker)
         elif event.state is WorkerState.SUCCESS:

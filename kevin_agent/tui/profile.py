@@ -1,12 +1,17 @@
 """``kevin-opt profile MODEL`` on a terminal: the profile screen first, then the run it starts, in
-the same app and ending the same way as ``kevin-opt FILE`` does (``finish``)."""
+the same app and ending the same way as ``kevin-opt FILE`` does (``finish``).
+
+The profile screen stays until the run has really started: a task file the person edited is not
+replaced unasked, and a run that cannot start (no backend here, a server that does not answer)
+is said on the profile screen with what to pass, instead of ending the app."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..config import EvalSettings, RunConfig
-from ..model.extract import default_task_path, extract_task
+from ..errors import KevinError
+from ..model.extract import capture_task, default_task_path
 from ..model.marks import extracted_from
 from ..model.modelfile import ModelError, ModelFile
 from ..model.profile import profile_model
@@ -14,7 +19,11 @@ from ..model.records import ModuleGroup
 from ..run import finish
 from ..store import default_runs_root
 from .app import KevinApp
+from .screens.dialogs import ConfirmScreen
 from .screens.profile import ProfileScreen
+
+RUN_FLAGS = ("the run's flags go to kevin-opt profile itself: --backend, --model, --base-url, --responses, "
+             "--turns, --trajectories (q quits)")
 
 
 class ProfileApp(KevinApp):
@@ -37,15 +46,55 @@ class ProfileApp(KevinApp):
         self.switch_mode("profile")
 
     def extract_and_run(self, group: ModuleGroup) -> None:
-        """In a worker thread: the task file for ``group`` (one extracted before for the same modules
-        is written again), then the run on it."""
+        """In a worker thread: the task file for ``group``, then the run on it. A task file already
+        there that differs from a fresh extraction (an edit, or a changed model) is replaced only
+        if the person says so."""
+        task = task_path_for(self.model_file, group.members)
+        source = capture_task(self.model_file, group.path, self.settings).source
+        if task.exists() and task.read_text(encoding="utf-8", errors="replace") != source:
+            self.call_from_thread(self._ask_replace, task, group.name or group.path, source)
+            return
+        if not task.exists():
+            task.write_text(source, encoding="utf-8")
+        self.call_from_thread(self.start_on, task)
+
+    def _ask_replace(self, task: Path, path: str, source: str) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                task.write_text(source, encoding="utf-8")
+                self.start_on(task)
+            else:
+                self.profile_screen.say(f"kept {task.name}; nothing was written and no run started. To run on it "
+                                        f"as it is: kevin-opt {task.name}")
+
+        body = (f"{task.name} differs from a fresh extraction of `{path}`: edited by hand, or the model changed "
+                "since it was extracted.\nReplace it with the fresh extraction and start the run? No keeps "
+                "your file as it is and starts nothing.")
+        self.push_screen(ConfirmScreen(f"replace {task.name}?", body, yes="Replace and run", no="Keep mine",
+                                       default=False), answered)
+
+    def start_on(self, task: Path) -> None:
+        """Start the run on ``task``; the run screen shows once the run has started."""
         from ..run.launch import start_run
 
-        task = task_path_for(self.model_file, group.members)
-        extract_task(self.model_file, group.path, task, self.settings, replace=task.exists())
-        self.call_from_thread(self.switch_mode, "run")
-        self.call_from_thread(self.start_engine, lambda sink: start_run(self.config, task, sink,
-                                                                        registry=self.registry))
+        def start(sink):
+            engine = start_run(self.config, task, sink, registry=self.registry)
+            self.call_from_thread(self.switch_mode, "run")
+            return engine
+
+        self.profile_screen.say(f"starting the run on {task.name}: loading the task, then the {self.config.backend} "
+                                "backend ...")
+        self.start_engine(start)
+
+    def _failed(self, worker) -> None:
+        error = worker.error
+        if (worker.group == "engine" and self.engine is None and isinstance(error, KevinError)
+                and self.signum is None and not self._quitting):
+            # The run never started: the profile screen is still there, and says what it needs.
+            self.running = False
+            self.profile_screen.start_failed(error, RUN_FLAGS)
+            return
+        super()._failed(worker)
 
 
 def task_path_for(model_file: ModelFile, members: list[str]) -> Path:

@@ -43,6 +43,10 @@ _SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI_", "ANTHROPIC_", "KEVIN_", "AWS_",
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+MALLOC_KEEP_BYTES = 256 << 20
+"""Freed memory below this a worker's allocator keeps (``scrubbed_env``)."""
+
+
 def scrubbed_env(extra: dict[str, str] | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The parent's environment without anything that looks like a credential."""
     source = os.environ if environ is None else environ
@@ -56,6 +60,13 @@ def scrubbed_env(extra: dict[str, str] | None = None, environ: dict[str, str] | 
     # person's files: the worker turns it off around importing those (``taskcode.import_file``).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONUNBUFFERED"] = "1"
+    # glibc hands freed blocks over its thresholds back to the system and maps large ones afresh,
+    # so a worker that happened to trim pays page faults on every large allocation of a timed call
+    # and one that did not pays none: whole-model CPU timings moved 2x between workers. Fixed
+    # thresholds keep up to 256 MiB of freed memory in the process, the same in every worker; a
+    # person's own settings win.
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"):
+        env.setdefault(name, str(MALLOC_KEEP_BYTES))
     env.update(extra or {})
     return env
 

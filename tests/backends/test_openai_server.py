@@ -81,18 +81,19 @@ def test_separate_reasoning_field_is_kept_apart(field):
 
 
 def test_batch_is_sent_concurrently_and_indexed(server_log):
-    # Each stream takes ~1 s (20 chunks x 50 ms); four in sequence would take ~4 s.
+    # Each stream takes ~1 s (20 chunks x 50 ms): all four are asked for before the first has ended.
     args = ("--content", "y" * 100, "--chunk-delay", "0.05", "--log", str(server_log))
     with serverproc.start_sse_server(*args) as server:
         backend = backend_for(server.url)
         backend.check_model()
         seen: list[tuple[int, str, str]] = []
-        start = time.monotonic()
         out = backend.generate(["a", "b", "c", "d"], on_token=lambda *a: seen.append(a))
-        elapsed = time.monotonic() - start
     assert [g.text for g in out] == ["y" * 100] * 4
     assert {i for i, _, _ in seen} == {0, 1, 2, 3}
-    assert elapsed < 3.0, f"prompts were not sent concurrently ({elapsed:.1f} s)"
+    log = requests(server_log)
+    first_done = next(i for i, r in enumerate(log) if r.get("event") == "stream_done")
+    assert len([r for r in log[:first_done] if r.get("path", "").endswith("/chat/completions")]) == 4, \
+        "prompts were not sent concurrently"
     assert len(chats(server_log)) == 4
 
 
@@ -135,14 +136,13 @@ def test_does_not_retry_client_errors(server_log):
     assert len(chats(server_log)) == 1
 
 
-def test_stalled_stream_times_out_clearly():
-    with serverproc.start_sse_server("--stall-after", "3", "--stall-s", "30") as server:
+def test_stalled_stream_times_out_clearly(server_log):
+    with serverproc.start_sse_server("--stall-after", "3", "--stall-s", "30", "--log", str(server_log)) as server:
         backend = backend_for(server.url, request_timeout_s=1.0)
-        start = time.monotonic()
         with pytest.raises(BackendError, match="sent nothing for 1 s") as info:
             backend.generate(["p"])
-        elapsed = time.monotonic() - start
-    assert elapsed < 10
+        said_while_stalled = not any(r.get("event") == "stream_done" for r in requests(server_log))
+    assert said_while_stalled  # not after the server's 30 s
     assert "KEVIN_REQUEST_TIMEOUT_S" in str(info.value)
 
 
@@ -158,28 +158,26 @@ def test_cancel_closes_the_stream_and_returns_partial_text(server_log):
             if len(seen) == 10:
                 cancel.set()
 
-        start = time.monotonic()
         out = backend.generate(["p"], on_token=on_token, cancel=cancel)
-        elapsed = time.monotonic() - start
+        streamed_on = not any(r.get("event") == "stream_done" for r in requests(server_log))
         time.sleep(0.5)  # let the server notice the closed connection
     assert out[0].cancelled
     assert 0 < len(out[0].text) < 2000 and set(out[0].text) == {"z"}
-    assert elapsed < 3, "cancel should not wait for the rest of the stream"
+    assert streamed_on, "cancel should not wait for the rest of the stream"
     closed = [r for r in requests(server_log) if r.get("event") == "client_closed"]
     assert closed, "the server should see the client close the stream"
 
 
-def test_cancel_during_a_stall_returns_promptly():
-    with serverproc.start_sse_server("--stall-after", "4", "--stall-s", "30") as server:
+def test_cancel_during_a_stall_returns_promptly(server_log):
+    with serverproc.start_sse_server("--stall-after", "4", "--stall-s", "30", "--log", str(server_log)) as server:
         backend = backend_for(server.url)
         backend.check_model()
         cancel = threading.Event()
         threading.Timer(1.0, cancel.set).start()
-        start = time.monotonic()
         out = backend.generate(["p", "q"], cancel=cancel)
-        elapsed = time.monotonic() - start
+        during_the_stall = not any(r.get("event") == "stream_done" for r in requests(server_log))
     assert all(g.cancelled for g in out)
-    assert elapsed < 5
+    assert during_the_stall  # returned while the server still stalled, not after its 30 s
 
 
 def test_unreachable_server_names_url_and_how_to_start_vllm():
@@ -240,21 +238,22 @@ def test_server_without_stream_options_still_works(server_log):
 
 
 # --- the command line: the server is checked before the run starts -------------------------------
-def cli_against(url: str, runs: Path):
+def cli_against(url: str, runs: Path, env: dict | None = None):
     from ..clihelp import REPO, kevin
 
     return kevin("run", REPO / "examples" / "rmsnorm.py", "--device", "cpu", "--backend", "openai",
                  "--base-url", url, "--model", "Kevin-32B", "--run-dir", runs, "--headless",
-                 env={"KEVIN_RETRIES": "0"})
+                 env={"KEVIN_RETRIES": "0"} if env is None else env)
 
 
 def test_an_unreachable_server_is_said_before_the_run_and_makes_no_run_directory(tmp_path):
     url = f"http://127.0.0.1:{serverproc.free_port()}/v1"
-    proc = cli_against(url, tmp_path / "runs")
+    proc = cli_against(url, tmp_path / "runs", env={})  # the default retries: the check makes none
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
-    assert lines[0].startswith(f"kevin-opt: error: cannot reach the OpenAI-compatible server at {url}"), lines
+    assert lines[0].startswith(f"kevin-opt: error: cannot reach the OpenAI-compatible server at {url} "
+                               "(on the first try)"), lines
     assert "vllm serve cognition-ai/Kevin-32B --max-model-len 32768 --reasoning-parser deepseek_r1" in lines[1]
     assert "run failed" not in proc.stderr and "run directory" not in proc.stderr
     assert not (tmp_path / "runs").exists()

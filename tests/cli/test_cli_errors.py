@@ -24,6 +24,9 @@ def assert_clean_failure(proc, code: int, *needles: str) -> None:
         (["run", EX, "--backend", "gpt"], ["unknown backend 'gpt'", "openai, scripted, vllm"]),
         (["run", EX, "--device", "tpu"], ["unknown device 'tpu'", "cpu, cuda"]),
         (["run", EX, "--frobnicate"], ["unrecognized arguments", "--frobnicate"]),
+        (["run", EX, "--turn", "2", "--fast"], ["unrecognized arguments: --turn (did you mean --turns?) 2",
+                                                "kevin-opt run --help"]),
+        (["history", "--pla"], ["unrecognized arguments: --pla (did you mean --plain?)"]),
         (["run", EX, "--min-speedup", "-1"], ["must not be negative"]),
         (["run"], ["FILE"]),
     ],
@@ -112,3 +115,15 @@ def test_a_response_script_that_cannot_be_read_is_bad_input_exit_2(tmp_path, scr
                  "--run-dir", tmp_path / "runs", "--headless")
     assert_clean_failure(proc, 2, str(path), *needles)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_no_parser_takes_a_flag_by_its_first_letters():
+    import argparse
+
+    from kevin_agent.cli import build_parser
+    from kevin_agent.registry import build_registry
+
+    parser = build_parser(build_registry())
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    parsers = {"kevin-opt": parser, **sub.choices}
+    assert {name for name, p in parsers.items() if p.allow_abbrev} == set()

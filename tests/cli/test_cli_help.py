@@ -35,17 +35,48 @@ def group_of(parser: argparse.ArgumentParser, option: str) -> str:
     raise AssertionError(f"{option} is in no group")
 
 
-@pytest.mark.parametrize("command", ["run", "resume", "check", "history", "show", "bench"])
+def assert_whole(text: str, what: str) -> None:
+    assert text, f"{what} has no help"
+    assert text.count("(") == text.count(")"), f"{what}: {text!r}"
+    while (bare := re.sub(r"\s*\([^()]*\)$", "", text)) != text:  # "(default on)" is no sentence end
+        text = bare
+    last = text.rstrip(".;:").rsplit(" ", 1)[-1].lower()
+    assert last not in DANGLING, f"{what} ends mid-sentence: {text!r}"
+
+
+COMMANDS = ["run", "resume", "check", "history", "show", "bench", "profile", "extract", "install", "e2e"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_no_option_help_ends_mid_sentence(command):
     for action in options(command):
         text = (action.help or "").replace("%%", "%").strip()
-        name = "/".join(action.option_strings) or action.dest
-        assert text, f"{command} {name} has no help"
-        assert text.count("(") == text.count(")"), f"{command} {name}: {text!r}"
-        while (bare := re.sub(r"\s*\([^()]*\)$", "", text)) != text:  # "(default on)" is no sentence end
-            text = bare
-        last = text.rstrip(".;:").rsplit(" ", 1)[-1].lower()
-        assert last not in DANGLING, f"{command} {name} ends mid-sentence: {text!r}"
+        name = "/".join(action.option_strings) or action.metavar or action.dest
+        assert_whole(text, f"{command} {name}")
+        assert "None:" not in text, f"{command} {name} speaks of Python's None: {text!r}"
+        # Lower case as argparse's own lines are; a word in capitals (JSONL, URL) stays.
+        assert not text[:2].istitle(), f"{command} {name}: {text!r}"
+        # A value is named by what it is (N, X, PATH, NAME, ...), never by the flag's own name again.
+        if action.option_strings and action.nargs != 0 and action.choices is None:
+            assert action.metavar and action.metavar != action.dest.upper(), f"{command} {name}: {action.metavar}"
+
+
+def test_every_command_is_described_in_a_whole_sentence():
+    parser = build_parser(build_registry())
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    described = {a.dest: a.help for a in sub._choices_actions}
+    assert set(described) == set(COMMANDS)
+    for name, text in described.items():
+        assert_whole(text, f"kevin-opt {name}")
+
+
+def test_device_says_what_it_means_for_each_command():
+    helps = {c: next(a.help for a in options(c) if "--device" in a.option_strings)
+             for c in ("run", "profile", "extract", "e2e")}
+    assert helps["run"].startswith("where kernels run")
+    assert helps["profile"].startswith("where the model runs while it is profiled")
+    assert helps["extract"].startswith("where the model runs while the module is recorded")
+    assert helps["e2e"].startswith("where the whole model runs")
 
 
 def test_a_settings_help_is_its_docstrings_whole_first_sentence():

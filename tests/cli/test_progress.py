@@ -103,3 +103,15 @@ def test_a_failed_run_leaves_its_cause_to_the_error_that_follows():
     p, out = printer()
     p.emit(ev.RunFinished(run_id="r", reason="failed", best=None, turns_done=0))
     assert lines(out) == ["kevin-opt: run failed after 0 turns"]
+
+
+def test_one_of_a_thing_is_said_in_the_singular():
+    p, out = printer()
+    p.emit(ev.RunStarted(run_id="r", run_dir="/runs/r", task="affine", device="cpu", device_name="Test CPU",
+                         backend="scripted", model="scripted", turns=1, trajectories=1, resumed_turns=1))
+    p.emit(ev.TurnStarted(trajectory=0, turn=2, dropped_attempts=1))
+    p.emit(ev.RunFinished(run_id="r", reason="completed", best=None, turns_done=1))
+    text = "\n".join(lines(out))
+    assert "1 x 1 turn" in text and "resuming after 1 finished turn" in text, text
+    assert "1 earliest attempt dropped" in text and "run completed after 1 turn:" in text, text
+    assert "1 turns" not in text and "1 finished turns" not in text and "attempts" not in text

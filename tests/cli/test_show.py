@@ -94,3 +94,35 @@ def test_show_and_history_say_which_number_is_confirmed(tmp_path, capsys):
     table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert " 2.70x confirmed " in table[run]
     assert " 2.00x unconfirmed " in table[RUN_ID]
+
+
+def long_run(root):
+    """A run with far more turns than a pipe holds lines of `show` (64 KiB)."""
+    store = RunStore.create(root, fixed_info(RUN_ID, status="completed", created_at="2025-01-01T12:00:00+00:00",
+                                             turns=2000))
+    record = fixed_records()[3]
+    for turn in range(1, 2001):
+        store.append(record.model_copy(update={"turn": turn}))
+    return root
+
+
+def test_show_and_history_end_quietly_when_the_reader_of_their_output_leaves(tmp_path):
+    import subprocess
+    import sys
+
+    root = long_run(tmp_path / "runs")
+    for args in (["show", RUN_ID], ["history", "--plain"]):
+        script = (f"{sys.executable} -m kevin_agent.cli {' '.join(args)} --run-dir {root} 2> {tmp_path}/err "
+                  f"| head -1; echo ${{PIPESTATUS[0]}} > {tmp_path}/status")
+        subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, check=True)
+        err = (tmp_path / "err").read_text()
+        assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+        assert (tmp_path / "status").read_text().strip() in ("0", "141")
+    # The reader gone before a line is written: the write itself fails, every time.
+    for args in (["show", RUN_ID], ["history", "--plain"]):
+        proc = subprocess.Popen([sys.executable, "-m", "kevin_agent.cli", *args, "--run-dir", str(root)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141, err
+        assert err == "", err

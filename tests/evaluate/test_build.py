@@ -7,14 +7,13 @@ the example kernels and check the fallback on the GPU machine.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from ..conftest import EXAMPLES
+from ..gpufixtures import example_cuda_kernels
 from kevin_agent.config import EvalSettings, RunConfig, parallel_compiles_for
 from kevin_agent.evaluate.toolchain import cache, light
 from kevin_agent.evaluate.parent.builds import build_once, warm_toolchain
@@ -170,73 +169,23 @@ def test_light_header_builds_a_kernel_without_the_frontend_and_refuses_torch_onl
 
 
 # --- gpu: the example kernels, loaded; the fallback ---------------------------------------------
-def _example_kernels() -> list[tuple[str, str]]:
-    from kevin_agent.engine.parsing import parse_response
-
-    out = []
-    for path in sorted(EXAMPLES.glob("*.cuda.jsonl")):
-        for turn, line in enumerate(path.read_text().splitlines(), 1):
-            out.append((f"{path.name.split('.')[0]}-{turn}", parse_response(json.loads(line)["text"]).code))
-    return out
-
-
-@pytest.fixture(scope="module")
-def gpu_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("fast-builds")
-    _, ready = warm_toolchain(root, "cuda")
-    assert ready, (root / "warm" / "warm.log").read_text()
-    return root
+# Built once per session, all at once, before the first of these runs (gpufixtures.gpu_builds).
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize(("label", "source"), example_cuda_kernels(), ids=lambda v: v if len(v) < 40 else "")
+def test_gpu_example_kernel_builds_fast_with_light_headers_and_stays_built(label, source, gpu_builds):
+    fast, paths, again = gpu_builds.examples[label]
+    assert fast.ok, fast.log
+    assert [(r["path"], r["pch"], r["light"]) for r in paths] == [("fast", True, True)], fast.log
+    assert again.ok and "ninja: no work to do" in again.log, again.log
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize(("label", "source"), _example_kernels(), ids=lambda v: v if len(v) < 40 else "")
-def test_gpu_example_kernel_builds_fast_with_light_headers_and_stays_built(label, source, gpu_root):
-    folder = gpu_root / label
-    ok = build_once(source, folder, "cuda", fast=True).ok
-    log = (folder / "compile.log").read_text()
-    assert ok, log
-    assert [(r["path"], r["pch"], r["light"]) for r in cache.build_paths(folder)] == [("fast", True, True)], log
-    again = build_once(source, folder, "cuda", fast=False).ok
-    assert again and "ninja: no work to do" in (folder / "compile.log").read_text()
-
-
-NEEDS_FULL = r'''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-cuda_source = r"""
-#include <torch/extension.h>
-__global__ void copy_kernel(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = x[i];
-}
-torch::Tensor relu_copy(torch::Tensor x) {
-    auto r = torch::relu(x);  // an ATen operator: in the full headers only
-    auto out = torch::empty_like(r);
-    copy_kernel<<<(r.numel() + 255) / 256, 256>>>(r.data_ptr<float>(), out.data_ptr<float>(), r.numel());
-    return out;
-}
-"""
-ext = load_inline(name="needs_full", cpp_sources="torch::Tensor relu_copy(torch::Tensor x);",
-                  cuda_sources=cuda_source, functions=["relu_copy"])
-assert (ext.relu_copy(torch.tensor([-1.0, 2.0], device="cuda")).cpu() == torch.tensor([0.0, 2.0])).all()
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return ext.relu_copy(x)
-'''
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-def test_gpu_source_that_needs_the_full_headers_is_built_plainly_after_the_light_build_fails(gpu_root):
-    folder = gpu_root / "needs-full"
-    ok = build_once(NEEDS_FULL, folder, "cuda", fast=True).ok
-    log = (folder / "compile.log").read_text()
-    assert ok, log
+def test_gpu_source_that_needs_the_full_headers_is_built_plainly_after_the_light_build_fails(gpu_builds):
+    build = gpu_builds.fallback["needs-full"]
+    folder, log = build.folder, build.log
+    assert build.ok, log
     assert "the fast build failed" in log and "needs_full: plain build after the fast one failed\n" in log
     assert [r["path"] for r in cache.build_paths(folder)] == ["plain-after-fast"]
     assert "relu" in (folder / "needs_full" / "kevin-fast-attempt.log").read_text()
@@ -246,13 +195,10 @@ def test_gpu_source_that_needs_the_full_headers_is_built_plainly_after_the_light
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_gpu_genuine_compile_error_reports_the_plain_builds_error(gpu_root):
-    broken = NEEDS_FULL.replace("auto r = torch::relu(x);", "auto r = x; int oops = ;")
-    folder = gpu_root / "broken"
-    ok = build_once(broken, folder, "cuda", fast=True).ok
-    log = (folder / "compile.log").read_text()
-    assert not ok
-    assert "the fast build failed" in log and "error" in log.split("the fast build failed", 1)[1]
+def test_gpu_genuine_compile_error_reports_the_plain_builds_error(gpu_builds):
+    build = gpu_builds.fallback["broken"]
+    assert not build.ok
+    assert "the fast build failed" in build.log and "error" in build.log.split("the fast build failed", 1)[1]
 
 
 @pytest.mark.slow

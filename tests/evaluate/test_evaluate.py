@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -53,6 +54,13 @@ def test_scrubbed_env_drops_credentials_and_keeps_the_toolchain():
     assert env["TORCH_EXTENSIONS_DIR"] == "/b"
     assert not [k for k in env if k not in ("PYTHONPATH",) and ("KEY" in k or "TOKEN" in k or "SECRET" in k
                                                                 or "PASSWORD" in k or k.startswith("HF_"))]
+
+
+def test_every_worker_keeps_the_same_freed_memory_unless_the_person_set_it():
+    env = scrubbed_env(environ={"PATH": "/usr/bin"})
+    assert env["MALLOC_TRIM_THRESHOLD_"] == env["MALLOC_MMAP_THRESHOLD_"] == str(256 << 20)
+    mine = scrubbed_env(environ={"PATH": "/usr/bin", "MALLOC_TRIM_THRESHOLD_": "0"})
+    assert mine["MALLOC_TRIM_THRESHOLD_"] == "0"
 
 
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
@@ -147,7 +155,7 @@ def test_compiler_output_arrives_while_the_build_runs(cpp_batch):
     mine = [(t, text) for t, i, text in output if i == 0]
     assert mine and "".join(text for _, text in mine).strip() in res.compile_log
     # The first lines (the build's own announcement) come long before the compiler gives up.
-    assert mine[0][0] - submitted < res.compile_s - 5, (mine[0][0] - submitted, res.compile_s)
+    assert mine[0][0] - submitted < res.compile_s / 2, (mine[0][0] - submitted, res.compile_s)
     assert "cannot convert" in "".join(text for _, text in mine)
 
 
@@ -321,7 +329,9 @@ def test_hang_times_out_kills_the_group_and_the_next_candidate_runs(tmp_path, sc
     evaluator.close()
     assert hang.status is Status.TIMEOUT and hang.stage is Stage.CORRECTNESS
     assert "timed out after" in hang.error and "stage_floor_s 10 s" in hang.error
-    assert 10 <= hang.stage_s.correctness < 20
+    limit = float(re.search(r"timed out after ([\d.]+) s", hang.error).group(1))
+    # Killed at its limit, far nearer it than the run's timeout (30 s).
+    assert limit >= 10 and 0.995 * limit <= hang.stage_s.correctness < (limit + settings.run_timeout_s) / 2
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:

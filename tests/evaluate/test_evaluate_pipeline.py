@@ -177,12 +177,14 @@ def test_a_hang_is_killed_at_the_limit_derived_from_the_reference(scale_task, tm
     assert limit == pytest.approx(3.0 + 50 * int(calls) * float(per_call_ms) / 1e3 + moved, rel=0.01)
     # Derived from the reference, not run_timeout_s (300 s). A few seconds on a quiet machine; the
     # reference's own time, and so the limit, grows with the machine's load.
-    assert limit < 150, hang.error
+    run_timeout_s = 300
+    assert limit < run_timeout_s / 2, hang.error
     spent = getattr(hang.stage_s, stage.value)
-    assert 0.995 * limit <= spent < limit + 3.0, (spent, hang.stage_s)  # the error gives the limit to 3 digits
-    # The next candidate did not wait for run_timeout_s: it is correct, and quick.
+    # Killed at the limit (the error gives it to 3 digits), far nearer it than the run's timeout.
+    assert 0.995 * limit <= spent < (limit + run_timeout_s) / 2, (spent, hang.stage_s)
+    # The next candidate did not wait for run_timeout_s: it is correct, and took less than half of it.
     assert after.status is Status.CORRECT, after.error
-    assert after.wall_s < 60
+    assert after.wall_s < run_timeout_s / 2
 
 
 def test_prestarted_workers_wait_for_one_candidate_each_and_are_never_reused(scale_task, tmp_path):
@@ -202,7 +204,11 @@ def test_prestarted_workers_wait_for_one_candidate_each_and_are_never_reused(sca
         assert len(set(ran)) == 3, ran
         # Each ends once it has replied (reaped in the background, off the candidate's clock).
         _wait_for(lambda: not (set(ran) & _worker_pids(ev)), timeout=10)
-        assert all(r.stage_s.load < 2.0 for r in results), [r.stage_s for r in results]
+        # Their load is the candidate's alone: well under what starting a process with torch takes.
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        bare_import_s = time.monotonic() - started
+        assert max(r.stage_s.load for r in results) < bare_import_s / 2, ([r.stage_s for r in results], bare_import_s)
     finally:
         ev.close()
 
@@ -214,12 +220,16 @@ def test_a_worker_that_replied_ends_off_its_candidates_clock_and_frees_its_slot_
     worker's share of the memory plan stays taken until the process is gone."""
     from kevin_agent.evaluate.jobs import EvalWorker
 
-    ending = 6.0
+    # The worker's end waits for the test: whatever the machine's load, the result must come
+    # back while it is still waiting, and the slot is freed only once it is over.
+    may_end = threading.Event()
+    ending = threading.Event()
 
     class SlowToEnd(EvalWorker):
         def finish(self) -> int:
             if not self.finished:
-                time.sleep(ending)
+                ending.set()
+                may_end.wait(timeout=600)
             return super().finish()
 
     monkeypatch.setattr(LocalEvaluator, "_start_run_worker", lambda self: SlowToEnd(
@@ -227,19 +237,19 @@ def test_a_worker_that_replied_ends_off_its_candidates_clock_and_frees_its_slot_
     ev = LocalEvaluator(scale_task, _settings(tmp_path, eval_workers=1))
     try:
         ev.probe()
-        started = time.monotonic()
-        first = ev.submit(runtime_source("honest_python")).result(timeout=120)
-        returned = time.monotonic() - started
+        first = ev.submit(runtime_source("honest_python")).result(timeout=300)
+        returned_before_its_worker_ended = not may_end.is_set()
         # One evaluation at a time: its slot is still taken while the worker ends, free once it is gone.
+        _wait_for(ending.is_set)
         taken = not ev._run_slots.acquire(blocking=False)
-        _wait_for(lambda: ev._run_slots.acquire(blocking=False), timeout=ending + 10)
+        may_end.set()
+        _wait_for(lambda: ev._run_slots.acquire(blocking=False))
         ev._run_slots.release()
     finally:
+        may_end.set()
         ev.close()
     assert first.status is Status.CORRECT, first.error
-    st = first.stage_s
-    assert st.load + st.correctness + st.timing < ending and first.wall_s < ending, st
-    assert returned < ending and taken
+    assert returned_before_its_worker_ended and taken
 
 
 def test_abort_kills_waiting_and_running_workers_and_removes_their_folders(scale_task, tmp_path):
@@ -251,10 +261,9 @@ def test_abort_kills_waiting_and_running_workers_and_removes_their_folders(scale
     workers = _worker_pids(ev)
     assert len(workers) >= 2  # the hanging one and the next one, waiting
     assert list(ev.scratch.glob("kevin-job-*"))
-    started = time.monotonic()
     ev.abort()
-    res = future.result(timeout=10)
-    assert time.monotonic() - started < 5
+    res = future.result(timeout=120)
+    # Ended by the abort, not by the hang's limit (stage_floor_s 300): the result says so.
     assert res.status is Status.RUNTIME_ERROR and "interrupted" in res.error
     _wait_for(lambda: not (workers & _worker_pids(ev)), timeout=10)
     _wait_for(lambda: not list(ev.scratch.glob("kevin-job-*")), timeout=10)
@@ -345,30 +354,32 @@ def test_checks_keep_starting_while_generation_holds_a_timing_back(tmp_path):
     assert order == ["check", "timing"]
 
 
-def _hold_flock(path: Path, seconds: float) -> subprocess.Popen:
+def _hold_flock(path: Path, seconds: float, letting_go: Path | None = None) -> subprocess.Popen:
+    """Another process holding the lock for ``seconds``; it writes ``letting_go`` just before it
+    lets go."""
+    mark = f"open({str(letting_go)!r}, 'w').close()\n" if letting_go else ""
     holder = subprocess.Popen([sys.executable, "-c", f"import fcntl, time\nf = open({str(path)!r}, 'a')\n"
-                               f"fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep({seconds})"],
+                               f"fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep({seconds})\n"
+                               f"{mark}"],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
 
 def test_the_gate_holds_across_processes_and_a_wait_can_be_abandoned(tmp_path):
-    lock = tmp_path / "lock"
-    holder = _hold_flock(lock, 1.5)
-    start = time.monotonic()
+    lock, letting_go = tmp_path / "lock", tmp_path / "letting-go"
+    holder = _hold_flock(lock, 1.5, letting_go)
     with DeviceGate(lock).shared():
-        assert time.monotonic() - start > 1.0  # another process was timing
+        assert letting_go.exists()  # in only once the other process (timing) let go
     holder.wait()
 
-    holder = _hold_flock(lock, 30)
+    holder = _hold_flock(lock, 600)
     gate = DeviceGate(lock)
     threading.Timer(0.5, gate.close).start()
-    start = time.monotonic()
     with pytest.raises(GaveUp):
         with gate.shared():
             pass
-    assert time.monotonic() - start < 3
+    assert holder.poll() is None  # given up while the other process still held the lock
     holder.kill()
     holder.wait()
     with DeviceGate(lock).exclusive():  # the abandoned wait did not keep the lock

@@ -8,10 +8,12 @@ the tests of the timing itself.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from ..evalfixtures import CHEATS, write_task
-from ..gpufixtures import ADD_TASK, add_task, gpu_settings, report_row, tricks_dir  # noqa: F401  (fixtures)
+from ..gpufixtures import ADD_TASK, gpu_settings, report_row
 from ..gpu_tricks import COMPILE_HANG, HONEST, ISOLATION, TRICKS, source
 from kevin_agent.checks import run_checks
 from kevin_agent.evaluate import LocalEvaluator
@@ -21,13 +23,23 @@ from kevin_agent.task import load_task
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
+@contextmanager
+def evaluator_for(task, settings):
+    """An evaluator closed however the test ends: one left open keeps its warm workers (a CUDA
+    context and the reference's data each) for the tests after it."""
+    evaluator = LocalEvaluator(task, settings)
+    try:
+        yield evaluator
+    finally:
+        evaluator.close()
+
+
 @pytest.fixture(scope="module")
 def tricks_results(add_task, tricks_dir):
-    evaluator = LocalEvaluator(add_task, gpu_settings())
-    evaluator.probe()
-    sources = [source(HONEST, tricks_dir)] + [source(t, tricks_dir) for t in TRICKS]
-    yield evaluator, dict(zip([HONEST.name] + [t.name for t in TRICKS], evaluator.evaluate(sources)))
-    evaluator.close()
+    with evaluator_for(add_task, gpu_settings()) as evaluator:
+        evaluator.probe()
+        sources = [source(HONEST, tricks_dir)] + [source(t, tricks_dir) for t in TRICKS]
+        yield evaluator, dict(zip([HONEST.name] + [t.name for t in TRICKS], evaluator.evaluate(sources)))
 
 
 def test_probe_moves_cpu_inputs_to_the_gpu(add_task, tricks_results):
@@ -62,10 +74,12 @@ def test_poisoning_grows_the_allocator_by_at_most_half_of_what_is_free():
 
     free, _ = torch.cuda.mem_get_info()
     before = torch.cuda.memory_reserved()
-    poison_free_blocks("cuda", 10 * free)  # asked for more than the device has
-    grown = torch.cuda.memory_reserved() - before
+    try:
+        poison_free_blocks("cuda", 10 * free)  # asked for more than the device has
+        grown = torch.cuda.memory_reserved() - before
+    finally:
+        torch.cuda.empty_cache()  # half the GPU, held by this process, would starve the tests after it
     assert 0 < grown <= free // 2 + (20 << 20)
-    torch.cuda.empty_cache()
 
 
 @pytest.mark.parametrize("trick", TRICKS, ids=lambda t: t.name.replace(" ", "-"))
@@ -88,9 +102,8 @@ def test_crashes_and_hangs_cost_one_candidate_each(add_task, tricks_dir):
     for t in ISOLATION:
         sources += [source(t, tricks_dir), honest]
         names += [t.name, f"honest after {t.name}"]
-    evaluator = LocalEvaluator(add_task, gpu_settings(run_timeout_s=300))
-    results = evaluator.evaluate(sources)
-    evaluator.close()
+    with evaluator_for(add_task, gpu_settings(run_timeout_s=300)) as evaluator:
+        results = evaluator.evaluate(sources)
     failures = []
     for t, name, res, after in zip(ISOLATION, names[::2], results[::2], results[1::2]):
         report_row("isolation", name, res)
@@ -105,9 +118,8 @@ def test_crashes_and_hangs_cost_one_candidate_each(add_task, tricks_dir):
 
 
 def test_compile_that_hangs_is_killed_and_the_next_candidate_runs(add_task, tricks_dir, tmp_path):
-    evaluator = LocalEvaluator(add_task, gpu_settings(compile_timeout_s=25, cache_dir=tmp_path / "b"))
-    hang, after = evaluator.evaluate([COMPILE_HANG, source(HONEST, tricks_dir)])
-    evaluator.close()
+    with evaluator_for(add_task, gpu_settings(compile_timeout_s=25, cache_dir=tmp_path / "b")) as evaluator:
+        hang, after = evaluator.evaluate([COMPILE_HANG, source(HONEST, tricks_dir)])
     report_row("isolation", "compile that hangs", hang)
     assert hang.status is Status.TIMEOUT and hang.stage is Stage.COMPILE, hang.error
     assert "compile timed out" in hang.error
@@ -121,10 +133,9 @@ def test_honest_load_inline_kernel_compiles_verifies_and_pays_for_its_synchronis
     is counted as such and carries the wait (on the H200: 0.038 ms against eager's 0.014, where the
     same kernel without the synchronisation reads 0.016)."""
     honest = (CHEATS / "honest_cuda.py").read_text()
-    evaluator = LocalEvaluator(add_task, gpu_settings(compare_compile=True, warmup_runs=10, timed_runs=100,
-                                                   run_timeout_s=300))
-    (res,) = evaluator.evaluate([honest])
-    evaluator.close()
+    with evaluator_for(add_task, gpu_settings(compare_compile=True, warmup_runs=10, timed_runs=100,
+                                              run_timeout_s=300)) as evaluator:
+        (res,) = evaluator.evaluate([honest])
     report_row("honest", "honest_cuda.py (load_inline)", res)
     assert res.status is Status.CORRECT, res.error
     assert res.runtime.runs == 100 and res.reference.runs == 100 and res.compiled_reference is not None
@@ -144,10 +155,9 @@ SLOW_ADD_TASK = ADD_TASK.replace("        return a + b", """        out = a + b
 def test_a_large_speedup_that_physics_allows_is_reported_as_it_is(tmp_path, tricks_dir):
     """A reference that wastes 60 launches makes an honest add far faster than it: no flag."""
     task = load_task(write_task(tmp_path, SLOW_ADD_TASK, "slow_add.py"))
-    evaluator = LocalEvaluator(task, gpu_settings())
-    evaluator.probe()
-    (res,) = evaluator.evaluate([source(HONEST, tricks_dir)])
-    evaluator.close()
+    with evaluator_for(task, gpu_settings()) as evaluator:
+        evaluator.probe()
+        (res,) = evaluator.evaluate([source(HONEST, tricks_dir)])
     report_row("flag", "large speedup, physically plausible", res)
     assert res.status is Status.CORRECT, res.error
     assert res.speedup > 10 and not res.implausible and not res.flags, (res.speedup, res.flags)

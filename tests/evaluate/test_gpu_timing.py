@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 
 from ..clihelp import REPO
-from ..gpufixtures import add_task, gpu_settings, report_row, tricks_dir  # noqa: F401  (fixtures)
+from ..gpufixtures import gpu_settings, report_row
 from ..gpu_tricks import HONEST, NOT_CAPTURABLE, TRICKS, source
 from kevin_agent.evaluate import LocalEvaluator
 from kevin_agent.results import Status
@@ -34,15 +34,24 @@ def _benchmark():
 def timed(add_task, tricks_dir):
     """kevin-opt's defaults for timing (10 warm-up runs, 100 timed runs)."""
     evaluator = LocalEvaluator(add_task, gpu_settings(warmup_runs=10, timed_runs=100))
-    evaluator.probe()
-    results = dict(zip([t.name for t in CANDIDATES], evaluator.evaluate([source(t, tricks_dir) for t in CANDIDATES])))
-    for trick in CANDIDATES:
-        report_row("timing", trick.name, results[trick.name])
-    yield results
-    evaluator.close()
+    try:
+        evaluator.probe()
+        results = dict(zip([t.name for t in CANDIDATES],
+                           evaluator.evaluate([source(t, tricks_dir) for t in CANDIDATES])))
+        for trick in CANDIDATES:
+            report_row("timing", trick.name, results[trick.name])
+        yield results
+    finally:
+        evaluator.close()
 
 
-def test_reported_time_is_the_stream_time_of_a_plain_measurement(timed, add_task, tricks_dir, tmp_path):
+def test_reported_time_is_the_gpus_own_time_of_the_call_as_a_plain_measurement_gives_it(timed, add_task,
+                                                                                      tricks_dir, tmp_path):
+    """The headline is the call's GPU time with the whole call queued ahead (docs/evaluation.md,
+    "Timing"). Measured outside kevin-opt in plain torch the same way (a lead before the start
+    event, the flush read, round copies of the inputs), it agrees within 10%. The plain stream
+    time with the GPU idle at the start event carries the launches: it is the `launched` column's
+    number, never less than the headline; a CUDA graph's replays, launches gone, are no slower."""
     res = timed[HONEST.name]
     assert res.status is Status.CORRECT, res.error
     (tmp_path / "candidate.py").write_text(source(HONEST, tricks_dir))
@@ -50,11 +59,16 @@ def test_reported_time_is_the_stream_time_of_a_plain_measurement(timed, add_task
     outside = bench.measure_outside(add_task.path, tmp_path, gpu_settings().cache_dir, runs=200,
                                     calls=res.graph.calls)
     assert "error" not in outside, outside
-    off = res.runtime.median_ms / outside["kernel"]["stream"] - 1
-    print(f"kevin-opt {res.runtime.median_ms:.4f} ms, outside: {outside}")
-    assert abs(off) <= 0.10, (res.runtime.median_ms, outside)
+    kernel = outside["kernel"]
+    print(f"kevin-opt {res.runtime.median_ms:.4f} ms (launched {res.launched.runtime.median_ms:.4f}, graph "
+          f"{res.graph.runtime.median_ms:.4f}), outside: {outside}")
+    assert abs(res.runtime.median_ms / kernel["queued"] - 1) <= 0.10, (res.runtime.median_ms, kernel)
+    # Launches only add: on each side the time with them is at least the GPU's own, give or take 5%.
+    assert kernel["launched"] >= 0.95 * kernel["queued"], kernel
+    assert res.launched.runtime.median_ms >= 0.95 * res.runtime.median_ms, res.launched
+    assert res.graph.runtime.median_ms <= 1.10 * res.runtime.median_ms, res.graph
     # Both sides agree that the synchronisation is a cost of its own, not of the kernel.
-    assert outside["kernel"]["sync"] > outside["kernel"]["stream"]
+    assert kernel["sync"] > kernel["queued"]
 
 
 @pytest.mark.parametrize("trick", OFF_STREAM, ids=lambda t: t.name.replace(" ", "-"))
@@ -161,6 +175,8 @@ def test_a_launch_bound_module_reads_the_same_in_fresh_timers_alone_and_beside_b
     finally:
         for proc in busy:
             proc.kill()
+        for proc in busy:
+            proc.wait()
     every = quiet + loaded
     spread = (max(every) - min(every)) / (sum(every) / len(every))
     print(f"quiet {quiet}, beside 16 busy processes {loaded}: spread {spread:.2%}")

@@ -5,15 +5,17 @@ traceback, and nothing of the person's changed."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from kevin_agent.cli import build_parser
 from kevin_agent.model.marks import INSTALL_PREFIX, line
 from kevin_agent.model.records import InstallEnvelope, SignatureUse
+from kevin_agent.registry import build_registry
 from kevin_agent.results.records import SCHEMA
 
 from ..clihelp import kevin
@@ -42,11 +44,8 @@ def refused(proc, *words):
 
 
 def test_profile_ranks_the_example_around_its_activation(repo):
-    started = time.monotonic()
     proc = kevin("profile", "mlp_block.py", "--device", "cpu", "--json", "profile.json", cwd=repo)
-    took = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
-    assert took < 30, f"profile took {took:.1f} s"
     data = json.loads((repo / "profile.json").read_text())
     assert (data["schema"], data["kind"]) == (SCHEMA, "profile") and data["device"] == "cpu" and data["cpu_threads"] == 1
     modules = {m["path"]: m for m in data["modules"]}
@@ -73,6 +72,14 @@ def test_extract_writes_a_task_kevin_opt_loads(repo):
     proc = kevin("extract", "mlp_block.py", "--module", "act", "-o", "act_task.py", "--device", "cpu", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert "by its source capture, checked bit for bit" in proc.stdout
+    # The next command names a backend that works without a GPU (the default, vLLM here, needs one).
+    suggested = [line.strip().split("   (")[0] for line in proc.stdout.splitlines() if line.startswith("  kevin-opt")]
+    assert "no GPU" in proc.stdout and len(suggested) == 2, proc.stdout
+    parser = build_parser(build_registry())
+    for line in suggested:
+        args = parser.parse_args(["run", *shlex.split(line)[1:]])
+        assert (args.file.name, args.device, args.backend) in {("act_task.py", "cpu", "openai"),
+                                                               ("act_task.py", "cpu", "scripted")}, line
     text = (repo / "act_task.py").read_text()
     assert "class Model(nn.Module):" in text and "def get_input_signatures():" in text
     again = kevin("extract", "mlp_block.py", "--module", "act", "-o", "act_task.py", cwd=repo)

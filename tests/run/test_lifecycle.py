@@ -3,6 +3,7 @@ run can end (SIGINT, SIGTERM, SIGHUP, kill -9) leaves it resumable and shown as 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
@@ -461,6 +462,42 @@ async def test_no_at_the_end_leaves_the_tree_alone_and_a_better_kernel_is_asked_
     assert git(repo, "status", "--porcelain", "--", "affine_kevin.py") == ""
 
 
+@pytest.mark.slow
+async def test_a_refusal_says_where_the_kernel_waits_and_the_exit_does_not_blame_a_change_put_away(tmp_path):
+    """The module has an edit of the person's when the run ends: nothing is written, and the TUI
+    says where the winner is and how to deliver it. Stashed before quitting, the edit is not
+    blamed on the way out: resume delivers now."""
+    from kevin_agent.tui import _close
+
+    repo = make_project(tmp_path / "proj", [RESPONSES[2]])
+    (repo / "affine_kevin.py").write_text("# an earlier kernel\n")
+    git(repo, "add", "affine_kevin.py")
+    git(repo, "commit", "-qm", "an earlier kernel")
+    (repo / "affine_kevin.py").write_text("# an earlier kernel, edited\n")
+    registry = build_registry()
+    config = one_turn_config(repo)
+    app = KevinApp(lambda sink: start_run(config, repo / "affine.py", sink, registry=registry),
+                   runs_root=repo / ".kevin" / "runs")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ended(pilot, app)
+        await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
+        notes = "\n".join(app.delivery.notes)
+        run_id = app.outcome.run_id
+        assert app.delivery.outcome == "refused" and "uncommitted changes in affine_kevin.py" in notes
+        assert f"the winning kernel is kept in {repo / '.kevin' / 'runs' / run_id / 'kernels'}" in notes, notes
+        assert f"kevin-opt resume {run_id} delivers it once the changes there are committed, stashed" in notes
+        git(repo, "stash", "-q")
+        await pilot.press("q")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = _close(app, finish.Outputs(), registry)
+    said = err.getvalue()
+    assert code == 1 and "uncommitted changes in affine_kevin.py: commit, stash" not in said, said
+    assert "when the run ended there were uncommitted changes in affine_kevin.py; there are none now" in said
+    assert f"kevin-opt resume {run_id} delivers it now" in said
+    assert (repo / "affine_kevin.py").read_text() == "# an earlier kernel\n"  # nothing written on the way out
+
+
 async def test_history_shows_a_live_run_as_running_and_does_not_resume_it(tmp_path):
     root = build_store(tmp_path / "runs")
     cut = root / "20250102-090000-affine-0002"
@@ -486,3 +523,15 @@ async def test_history_shows_a_live_run_as_running_and_does_not_resume_it(tmp_pa
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_signal_to_the_history_on_a_terminal_speaks_of_no_run(project):
+    term = Terminal(project, "history", "--run-dir", str(project.root / "runs"))
+    deadline = time.monotonic() + 60
+    while "history" not in term.output and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "\x1b[?1049h" in term.output, term.output  # the TUI is open
+    term.proc.send_signal(signal.SIGTERM)
+    assert term.wait() == 143, term.output
+    assert "interrupted by SIGTERM" in term.output and "before the run started" not in term.output
+    assert "Continue with" not in term.output

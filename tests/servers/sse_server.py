@@ -145,6 +145,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     chunk({}, usage={"prompt_tokens": 11, "completion_tokens": 22, "total_tokens": 33})
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
+                state.record({"event": "stream_done"})
             except (BrokenPipeError, ConnectionResetError):
                 state.record({"event": "client_closed", "after_chunks": sent})
 

@@ -35,7 +35,7 @@ from kevin_agent.tui.screens.run import RunScreen
 from kevin_agent.tui.state import best_curve
 
 from ..conftest import git_init
-from ..tui_support import build_store, fixed_records, offered_keys, run_events, text_of, wait_for
+from ..tui_support import build_store, fixed_records, offered_keys, run_events, screen_lines, text_of, wait_for
 
 TASK = '''"""y = x * 2 + 1"""
 import torch
@@ -279,6 +279,31 @@ async def test_cancel_is_offered_while_generating_and_the_cancelled_turn_is_mark
         assert options == ["⊝ turn 1  cancelled", "? turn 1  parse error"]
 
 
+async def test_the_footer_stops_offering_to_stop_once_the_run_has_ended(tmp_path):
+    # An answer without code, streamed for a few seconds: nothing compiles, and nothing happens
+    # after the run's end that would redraw the footer for another reason (no delivery, no question).
+    repo = make_project(tmp_path / "proj", [RESPONSES[0]])
+    config = config_for(repo, turns=1)
+    registry = build_registry()
+    registry.backends["scripted"] = lambda cfg, skip=0: ScriptedBackend(cfg.responses, skip=skip, chunk_delay_s=0.1)
+    def start(sink):
+        # Its workers take a moment to end after the run has said it finished, as a GPU's do.
+        engine = start_run(config, repo / "affine.py", sink, registry=registry)
+        close = engine.close
+        engine.close = lambda: (time.sleep(1.5), close())
+        return engine
+
+    app = KevinApp(start, runs_root=repo / ".kevin" / "runs", deliver_at_end=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "Stop" in screen_lines(app)[-1], 300, "the run to be offered a stop")
+        app.screen.query_one("#feedback").focus()  # reading the feedback: the focus stays put to the end
+        await wait_for(pilot, lambda: app.outcome is not None, 300, "the run to end")
+        await pilot.pause()
+        footer = screen_lines(app)[-1]
+        assert "Stop" not in footer and "Cancel" not in footer and "History" in footer, footer
+        assert "Commit" not in footer  # there is no kernel to commit
+
+
 # --- real scripted runs on the CPU device ----------------------------------------------------
 @pytest.mark.slow
 async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
@@ -291,7 +316,8 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
         # Pushed is not yet composed: wait for the body too.
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#dialog-body Static"),
                        60, "the commit question")
-        assert "affine_kevin.py" in text_of(app, "#dialog-body Static")
+        # Its rows as text: rendered before the dialog's first layout, they wrap at a few columns.
+        assert "affine_kevin.py" in app.screen.query_one("#dialog-body Rows").plain
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
         screen = app.run_screen
@@ -312,8 +338,16 @@ async def test_scripted_run_to_the_end_then_history_and_delivery(tmp_path):
         await pilot.press("up")
         assert "code block was found" in text_of(app, "#feedback-text")
         assert "The op is an affine map" in str(screen.query_one("#reasoning", Static).render())
-        # The run was delivered and committed at the end.
+        # The run was delivered and committed at the end; the footer no longer offers to stop it or
+        # to commit it again, and `c` makes no second commit.
         assert app.delivery.committed and app.exit_code == 0
+        await pilot.pause()
+        footer = screen_lines(app)[-1]
+        assert "Stop" not in footer and "Commit" not in footer and "History" in footer, footer
+        await pilot.press("c")
+        assert app.screen is screen
+        count = subprocess.run(["git", "-C", repo, "rev-list", "--count", "HEAD"], capture_output=True, text=True)
+        assert count.stdout.strip() == "2"
         log = subprocess.run(["git", "-C", repo, "log", "--format=%s", "-1"], capture_output=True, text=True).stdout
         assert "kevin-opt: affine" in log
         # History: the run is there, and the correct turn diffs against the compile error.
@@ -386,7 +420,7 @@ async def test_cancel_stop_quit_question_and_resume(tmp_path):
         # Pushed is not yet composed: wait for the body too.
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#dialog-body Static"),
                        60, "the commit question")
-        body = str(app.screen.query_one("#dialog-body Static", Static).render())
+        body = app.screen.query_one("#dialog-body Rows").plain
         assert "affine_kevin.py" in body and "trajectory 0 turn 3" in body and "Kevin-Run: " + stopped_id in body
         await pilot.press("y")
         await wait_for(pilot, lambda: app.delivery is not None, 120, "the commit")
@@ -492,3 +526,64 @@ async def test_b_branches_a_selected_turn_into_a_new_trajectory(tmp_path):
     branch = [k for k in keys if k[0] == 1]
     assert branch and branch[0][2:] == (0, 1), keys
     assert all(k[2:] == (None, None) for k in branch[1:])
+
+
+class Quiet:
+    def emit(self, event) -> None:
+        pass
+
+
+def stopped_run(repo: Path, config: RunConfig) -> str:
+    """A run of one turn, stopped after it (resumable), driven headless."""
+    engine = start_run(config.model_copy(update={"turns": 1}), repo / "affine.py", Quiet())
+    engine.request_stop()
+    try:
+        outcome = engine.run()
+    finally:
+        engine.close()
+        engine.store.release()
+    assert outcome.reason == "stopped"
+    return outcome.run_id
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_a_run_resumed_from_the_history_after_a_burst_of_keys_shows_and_asks_on_top(tmp_path):
+    """Arrows held in the history, `r`, more arrows: the run screen shows at once and says what
+    it does, the run goes on on screen, and the question at its end is the dialog on top, the one
+    a `y` answers."""
+    from textual import events
+
+    from .test_tui_screens import ten_runs
+
+    repo = make_project(tmp_path / "proj", [RESPONSES[0], RESPONSES[2]])
+    config = config_for(repo, turns=2)
+    runs = ten_runs(repo / ".kevin" / "runs")
+    run_id = stopped_run(repo, config)
+    app = KevinApp(runs_root=runs, resume_factory=lambda rid, sink: resume_run(rid, sink, runs_root=runs,
+                                                                               overrides={"turns": 2}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        history = app.screen
+        table = history.query_one(DataTable)
+        assert table.coordinate_to_cell_key((0, 0)).row_key.value == run_id  # the newest
+        for key in ["down"] * 5 + ["up"] * 5:
+            app._driver.send_message(events.Key(key, None))
+        await wait_for(pilot, lambda: history.run_id == run_id and table.cursor_row == 0, 10, "the stopped run")
+        await pilot.press("r")
+        assert isinstance(app.screen, RunScreen)
+        assert f"resuming {run_id}: loading the task" in text_of(app, "#run-header")
+        for key in ["down", "up", "down"]:
+            app._driver.send_message(events.Key(key, None))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#yes"), 300,
+                       "the question at the end")
+        assert app.screen_stack[-2] is app.run_screen  # on top of the run it is about
+        await pilot.pause()
+        lines = screen_lines(app)
+        assert "turns 2/2" in lines[0]  # the run screen under it kept up with the run
+        assert any("commit the best kernel?" in line for line in lines), lines
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.delivery is not None, 120, "the delivery")
+        assert app.delivery.committed
+        await pilot.press("q")
+    assert app.return_code == 0

@@ -124,15 +124,15 @@ async def test_the_header_says_the_confirmed_best_and_its_turns_own_in_full(tmp_
 
 @sizes
 async def test_the_turn_list_keeps_one_width_for_the_whole_run(tmp_path, size):
-    """The list is as wide as any label of the run can be from its first event, so the panes
+    """The list is as wide as any label of the run can be from before its first event, so the panes
     beside it never move; labels fit in it, the confirmed ones too."""
     app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
     async with app.run_test(size=size) as pilot:
         events = confirmed_run_events()
-        screen = await run_screen(app, pilot, events[:1])
+        screen = await run_screen(app, pilot, [])  # starting: the run has not said its size yet
         turns, output = screen.query_one(TurnList), screen.query_one(ModelOutput)
         widths = [turns.outer_size.width]
-        for event in events[1:]:
+        for event in events:
             app.post_message(message_for(event))
             await pilot.pause()
             widths.append(turns.outer_size.width)
@@ -148,23 +148,29 @@ async def test_the_turn_list_keeps_one_width_for_the_whole_run(tmp_path, size):
 
 
 @sizes
-async def test_notifications_stay_off_the_feedback_and_break_paths_between_names(tmp_path, size):
+async def test_notifications_stay_off_what_is_read_and_break_paths_between_names(tmp_path, size):
+    """A toast sits over the speedup chart, as wide as the side column: never over the model output
+    (its top shows what is being written), the feedback, the turns or the header, and nothing of the
+    panes under it peeks out beside it."""
     app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
-    path = "/srv/projects/a-rather-long-project-name/src/models/attention/fused_attention_kevin.py"
+    path = "/srv/proj/models/attention/fused_attention_kevin.py"
     async with app.run_test(size=size, notifications=True) as pilot:
         screen = await run_screen(app, pilot, run_events())
         app.notify(f"wrote {path}", title="delivery", markup=False)
         await wait_for(pilot, lambda: bool(screen.query(Toast)), 10, "the toast")
         await pilot.pause()
         toast = screen.query_one(Toast)
-        assert not overlaps(toast.region, screen.query_one(FeedbackView).region)
-        assert not overlaps(toast.region, screen.query_one(TurnList).region)
+        for pane in (ModelOutput, FeedbackView, TurnList):
+            assert not overlaps(toast.region, screen.query_one(pane).region), pane
         assert not overlaps(toast.region, screen.query_one("#run-header").region)
+        side = screen.query_one("#side").region
+        assert (toast.region.x, toast.region.right) == (side.x, side.right)
+        assert overlaps(toast.region, screen.query_one("#chart").region)
         rows = [line[toast.region.x:toast.region.right] for line in screen_lines(app)[toast.region.y:toast.region.bottom]]
         text = "".join(row.strip(" ▌") for row in rows)
         assert path in text  # every name whole: breaks only after a "/"
         shown = [row.strip(" ▌") for row in rows if "/" in row]
-        assert len(shown) >= (2 if size[0] < 120 else 1)
+        assert len(shown) >= 2
         assert all(row.endswith("/") or row.endswith(".py") for row in shown), shown
 
 
@@ -329,8 +335,8 @@ async def test_help_shows_every_mark_scrolls_to_the_last_and_wraps_under_its_tex
         await pilot.press("home")
         await pilot.pause()
         lines = screen_lines(app)
-        row = next(i for i, line in enumerate(lines) if "Cancel the generation" in line)
-        column = lines[row].index("Cancel the generation")
+        row = next(i for i, line in enumerate(lines) if "Continue the selected finished turn" in line)
+        column = lines[row].index("Continue the selected finished turn")
         if size[0] < 120:  # wrapped: the rest starts under the text, not under the key
             assert lines[row + 1][keys.region.x:column].strip() == "" and lines[row + 1][column:].strip()
         assert keys.region.height >= len(key_rows(app.run_screen, app))
@@ -558,6 +564,55 @@ async def test_resume_is_offered_only_for_a_run_nobody_runs_that_is_unfinished(t
         assert not app.running and "only unfinished runs resume" in " ".join(list(app._notifications)[-1].message.split())
 
 
+def ten_runs(root):
+    """Ten stored runs, newest first in the list; each but the newest is unfinished."""
+    for day in range(10):
+        store = RunStore.create(root, fixed_info(f"202501{day + 10}-120000-affine-{day:04d}",
+                                                 status="interrupted" if day < 9 else "completed",
+                                                 created_at=f"2025-01-{day + 10}T12:00:00+00:00", turns=4))
+        for rec in fixed_records()[:2 + day % 4]:
+            store.append(rec)
+    return root
+
+
+def burst(app, *keys: str) -> None:
+    """Keys as a held key or a fast typist sends them: queued at once, with no pause between."""
+    from textual import events
+
+    for key in keys:
+        app._driver.send_message(events.Key(key, key if len(key) == 1 else None))
+
+
+async def test_a_burst_of_arrows_in_the_history_settles_on_the_row_the_cursor_rests_on(tmp_path):
+    app = KevinApp(runs_root=ten_runs(tmp_path / "runs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        history = app.screen
+        table = history.query_one(DataTable)
+        burst(app, *["down"] * 6)
+        await wait_for(pilot, lambda: table.cursor_row == 6, 10, "the cursor")
+        # The cursor stays where the keys left it, and that run is the one shown: no highlight
+        # that arrived late sends it back (the screen used to cycle over the runs forever).
+        seen = set()
+        for _ in range(10):
+            await pilot.pause(0.05)
+            seen.add((table.cursor_row, history.run_id))
+        row_key = table.coordinate_to_cell_key((6, 0)).row_key.value
+        assert seen == {(6, row_key)}, seen
+        assert screen_lines(app)[0].startswith(f" history  {row_key}")
+        # The app still answers keys at once: the help opens and closes.
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert app.screen is history and table.cursor_row == 6
+        # Up and down again, faster than anything is drawn: the same.
+        burst(app, *["up", "down"] * 5, "up", "up")
+        await wait_for(pilot, lambda: history.run_id == table.coordinate_to_cell_key((4, 0)).row_key.value, 10,
+                       "the run under the cursor")
+        await pilot.pause(0.3)
+        assert table.cursor_row == 4
+
+
 async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):
     """`l` shows which turn continued which: the winner's path starred, the selected turn bracketed."""
     root = tmp_path / "runs"
@@ -668,3 +723,22 @@ async def test_the_delivery_dialog_names_each_target_once_and_keeps_its_buttons_
         assert app.screen is dialog
         await pilot.press("n")
         assert isinstance(app.screen, RunScreen)
+
+
+async def test_no_to_a_second_delivery_says_the_first_ones_files_stay(tmp_path):
+    """With --no-commit the kernel was written; `c` on a better kernel asks again, and its No must
+    not say that nothing was written."""
+    from kevin_agent.delivery import Delivery
+
+    plan = better_module_plan(tmp_path / "proj")
+    app = KevinApp(runs_root=tmp_path / "runs", clock=lambda: 0.0)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await run_screen(app, pilot, run_events())
+        app.delivery = Delivery(plan=plan.consented(), outcome="written", written=plan.paths)
+        app._ask(None, plan, [], False)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#no"), 10, "it")
+        await pilot.press("n")
+        await pilot.pause()
+        said = " ".join(app.run_screen.query_one("#feedback-messages").plain.split())
+        assert "nothing written, nothing committed" not in said
+        assert "my_relu_kevin.py" in said and "from the earlier delivery" in said and "stay" in said

@@ -161,3 +161,50 @@ def test_help(snap_compare, tmp_path, size):
 @sizes
 def test_history_lineage(snap_compare, tmp_path, size):
     assert snap_compare(long_lineage_app(tmp_path), terminal_size=size, press=["enter", "l"])
+
+
+async def finished_run_with_a_notice(pilot) -> None:
+    """A short notification: over the speedup chart, as wide as the side column."""
+    await finished_run(pilot)
+    pilot.app.notify("wrote layers/my_relu_kevin.py and its report", title="delivery", markup=False)
+    await pilot.pause()
+
+
+@sizes
+def test_run_screen_with_a_notification(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=finished_run_with_a_notice)
+
+
+def profile_app(tmp_path) -> KevinApp:
+    """The profile screen of examples/mlp_block.py with a fixed profile: the header's time per
+    forward is the table's model row, the flushed one beside it."""
+    import shutil
+
+    from kevin_agent.config import load_config
+    from kevin_agent.model.modelfile import load_model_file
+    from kevin_agent.tui.profile import ProfileApp
+    from kevin_agent.tui.screens.profile import ProfileScreen
+
+    from ..conftest import EXAMPLES
+    from .test_model_tui import example_profile
+
+    shutil.copy(EXAMPLES / "mlp_block.py", tmp_path / "mlp_block.py")
+    config = load_config({"device": "cpu"})
+    app = ProfileApp(load_model_file(tmp_path / "mlp_block.py"), config, config.eval_settings("cpu"), forwards=2)
+    measured = example_profile().model_copy(update={"forward_ms": 118.0, "profiled_forward_ms": 60.0})
+    app.profile_screen = ProfileScreen("mlp_block.py", lambda: measured, lambda m: None)
+    return app
+
+
+async def profile_with_a_notice(pilot) -> None:
+    from ..tui_support import wait_for
+
+    await wait_for(pilot, lambda: pilot.app.profile_screen.profile is not None, 30, "the profile")
+    pilot.app.notify("vLLM is not installed\nhint: pass --backend openai --base-url URL, or --backend scripted "
+                     "--responses FILE", title="the run cannot start", severity="error", markup=False)
+    await pilot.pause()
+
+
+@sizes
+def test_profile_screen(snap_compare, tmp_path, size):
+    assert snap_compare(profile_app(tmp_path), terminal_size=size, run_before=profile_with_a_notice)

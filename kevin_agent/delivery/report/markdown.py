@@ -10,6 +10,7 @@ from ...results.winner import Winner, current, winner
 from ...results.lineage import outcome, path_to, tree_lines
 from ...formatting import (
     confirmed_line,
+    counted,
     floor_words,
     fmt_fraction,
     fmt_launched,
@@ -253,8 +254,8 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         + (f"; in theory {peaks} ({info.device_facts.source})"
            if info.device_facts is not None and (peaks := info.device_facts.peaks_words()) else "") + " |",
         f"| backend / model | {info.backend} / `{info.model}` |",
-        f"| run | `{info.run_id}` ({info.status}, {len(records)} turns evaluated, "
-        f"{info.trajectories} {'trajectory' if info.trajectories == 1 else 'trajectories'} x {info.turns} turns) |",
+        f"| run | `{info.run_id}` ({info.status}, {counted(len(records), 'turn')} evaluated, "
+        f"{counted(info.trajectories, 'trajectory', 'trajectories')} x {counted(info.turns, 'turn')}) |",
     ]
     for key in ("torch", "cuda", "driver", "python", "compiler", "kevin-opt"):
         if versions.get(key):

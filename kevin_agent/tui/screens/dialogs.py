@@ -38,12 +38,15 @@ class ConfirmScreen(Dialog):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, title: str, body: Content | str | list[Row], *, yes: str = "Yes", no: str = "No") -> None:
+    def __init__(self, title: str, body: Content | str | list[Row], *, yes: str = "Yes", no: str = "No",
+                 default: bool = True) -> None:
+        """``default``: what enter answers (the button that has the focus)."""
         super().__init__()
         self._title = title
         self._body = body
         self._yes = yes
         self._no = no
+        self._default = default
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as box:
@@ -54,6 +57,10 @@ class ConfirmScreen(Dialog):
                 yield Button(f"{self._yes} (y)", id="yes", variant="primary", compact=True)
                 yield Button(f"{self._no} (n)", id="no", compact=True)
         yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        if not self._default:
+            self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

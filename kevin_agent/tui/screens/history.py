@@ -102,6 +102,8 @@ class HistoryScreen(Screen):
         super().__init__(id="history")
         self.runs_root = runs_root
         self.runs: dict[str, tuple[RunInfo, list[TurnRecord]]] = {}
+        self._all_records: dict[str, list[TurnRecord]] = {}
+        """Each run's turns with its cancelled generations, read from disk once per reload."""
         self.run_id: str | None = None
         self.turns = RunState()
         """The selected run's turns, cancelled generations included."""
@@ -188,6 +190,7 @@ class HistoryScreen(Screen):
         keep = self.run_id
         table.clear()
         self.runs = {info.run_id: (info, records) for info, records in list_runs(self.runs_root)}
+        self._all_records = {}
         for info, records in self.runs.values():
             status = Text(run_status(info), style="bold" if info.status == LIVE else "")
             table.add_row(
@@ -198,9 +201,17 @@ class HistoryScreen(Screen):
             self.remove_class("-detail")
             self.show_run(None)
             return
-        self.show_run(keep if keep in self.runs else next(iter(self.runs)))
+        shown = keep if keep in self.runs else next(iter(self.runs))
+        table.move_cursor(row=table.get_row_index(shown))
+        self.show_run(shown)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # A held arrow highlights rows faster than a run is read and drawn. A highlight the cursor
+        # has already left is dropped (a later one is queued behind it), so a burst of keys shows
+        # the row the cursor rests on, once; and showing a run never moves the cursor, so no late
+        # highlight can send it back to a row it passed.
+        if event.cursor_row != self.query_one("#runs", DataTable).cursor_row:
+            return
         if event.row_key.value != self.run_id:
             self.show_run(event.row_key.value)
 
@@ -235,11 +246,9 @@ class HistoryScreen(Screen):
             self._fit_side()
             self.show_turn(None)
             return
-        table = self.query_one("#runs", DataTable)
-        row = table.get_row_index(run_id)
-        if table.cursor_row != row:
-            table.move_cursor(row=row)
-        self.turns.add_records(read_records(self.runs_root / run_id, finished_only=False))
+        if run_id not in self._all_records:
+            self._all_records[run_id] = read_records(self.runs_root / run_id, finished_only=False)
+        self.turns.add_records(self._all_records[run_id])
         info, records = self.runs[run_id]
         self.turns.confirmed = confirmed_turns(info, records)
         turns.show(self.turns.records, None, None, self.turns.cancelled, self.turns.confirmed)

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
 
 from ...errors import KevinError
+from ...formatting import counted
 from ...model.records import ModelProfile, ModuleGroup
 from ...model.table import COLUMNS, RIGHT, cells, short_summary
 
@@ -61,6 +62,11 @@ class ProfileScreen(Screen):
 
     def on_mount(self) -> None:
         self.action_profile()
+
+    @property
+    def toast_room(self) -> int:
+        """Notifications sit at the bottom, as wide as the screen, over the detail (app.tcss)."""
+        return self.size.width
 
     # --- the profile ------------------------------------------------------------------------
     def columns(self) -> tuple[str, ...]:
@@ -110,7 +116,7 @@ class ProfileScreen(Screen):
         sigs = "; ".join(f"{s.key} x{s.calls}" for s in m.signatures[:3])
         more = f" (+{len(m.signatures) - 3} more)" if len(m.signatures) > 3 else ""
         members = f" ({', '.join(m.members[:4])}{', ...' if len(m.members) > 4 else ''})" if len(m.members) > 1 else ""
-        lines = [f"{m.name or '(the whole model)'}{members}: {m.class_name}, {m.calls:g} call(s) per forward, "
+        lines = [f"{m.name or '(the whole model)'}{members}: {m.class_name}, {counted(m.calls, 'call')} per forward, "
                  f"{m.time_ms:.3g} ms",
                  (f"reaches {100 * m.roofline:.0f}% of its roofline; " if m.roofline is not None else "")
                  + f"headroom {100 * m.headroom:.0f}% (floor {m.floor_ms:.3g} ms, library {m.library_ms:.3g} ms)",
@@ -122,6 +128,9 @@ class ProfileScreen(Screen):
     # --- choosing -----------------------------------------------------------------------------
     def action_choose(self) -> None:
         m = self.selected()
+        if getattr(self.app, "running", False):
+            self.notify("the run is starting", severity="warning")
+            return
         if m is None or self.busy:
             if self.busy:
                 self.notify(f"{self.busy} is under way", severity="warning")
@@ -130,6 +139,16 @@ class ProfileScreen(Screen):
         self.query_one("#module-detail", Static).update(f"{self.busy}: capturing it and checking the task file "
                                                         "against the module ...")
         self._run_choose(m)
+
+    def say(self, text: str) -> None:
+        """A line about the choice (what is starting, what was kept), where the detail goes."""
+        self.query_one("#module-detail", Static).update(text)
+
+    def start_failed(self, error: KevinError, more: str = "") -> None:
+        """The run the choice started could not start: why, what to do, and the detail again."""
+        text = error.message + (f"\nhint: {error.hint}" if error.hint else "") + (f"\n{more}" if more else "")
+        self.notify(text, title="the run cannot start", severity="error", timeout=30, markup=False)
+        self.say(f"the run cannot start: {error.message}")
 
     @work(thread=True, exclusive=True, group="choose", exit_on_error=False)
     def _run_choose(self, m: ModuleGroup) -> None:

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList
+from textual.widgets._toast import ToastRack
 from textual.worker import Worker, WorkerState
 
 from ...events import (
@@ -123,9 +124,9 @@ class RunScreen(Screen):
 
     @property
     def toast_room(self) -> int:
-        """Notifications sit over the model output, never over the turns or the feedback."""
-        # The toast rack keeps a scrollbar's width (2) free on its right.
-        return self.query_one("#main").size.width - 2 if self._ready else self.size.width * 3 // 4
+        """Notifications sit over the speedup chart, as wide as the side column (app.tcss)."""
+        width = self.query_one("#side").styles.width if self._ready else None
+        return int(width.value) if width is not None else TurnList.run_width(1, 1)
 
     # --- steering offered ----------------------------------------------------------------
     def _can_cancel(self) -> bool:
@@ -289,11 +290,15 @@ class RunScreen(Screen):
         output panes get the rest."""
         turns = self.query_one(TurnList)
         st = self.state.started
-        wanted = TurnList.run_width(st.turns, len(self.state.trajectories())) if st else turns.wanted_width()
+        # Before the run says its size, the width of a run of up to 99 turns: the same as most runs
+        # get once it does, so the panes do not move when the first turn arrives.
+        wanted = TurnList.run_width(st.turns, len(self.state.trajectories())) if st else TurnList.run_width(1, 1)
         width = min(max(wanted, turns.wanted_width()), max(int(self.size.width * SIDE_SHARE), 24))
         side = self.query_one("#side")
         if side.styles.width is None or side.styles.width.value != width:
             side.styles.width = width
+            for rack in self.query(ToastRack):  # none in a test app without notifications
+                rack.styles.width = width
 
     def _refresh_turns(self) -> None:
         turns = self.query_one(TurnList)
