@@ -16,23 +16,6 @@ from ..store import OptimizeStore, default_runs_root, effective_optimize_status
 from .progress import ProgressPrinter
 
 
-def handles(args) -> bool:
-    """``optimize``, and ``resume``/``show`` of an optimize's id (``opt-...``) rather than a run's."""
-    from ..store import is_optimize
-
-    if args.command == "optimize":
-        return True
-    return args.command in ("resume", "show") and is_optimize(args.run_dir or default_runs_root(), args.run_id)
-
-
-def dispatch(args, registry: Registry) -> int:
-    if args.command == "optimize":
-        return cmd_optimize(args, registry)
-    if args.command == "resume":
-        return cmd_resume_optimize(args, registry)
-    return cmd_show_optimize(args)
-
-
 def add_parser(sub, add_run_flags, registry, positive_int) -> None:
     from .model_commands import _fraction
 
