@@ -1,7 +1,7 @@
 """``kevin-opt``: the command line. It parses; ``commands`` does the work.
 
 A flag that sets a run setting has the setting's name as its ``dest``: its help text and default
-come from the field in ``config.py``, and ``commands.config_overrides`` passes every such flag on
+come from the field in ``config.py``, and ``config.given_settings`` passes every such flag on
 without a list of names, so a new option is a field there and one ``_flag`` line here.
 Exit codes are ``errors.ExitCode``.
 """

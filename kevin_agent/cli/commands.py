@@ -22,8 +22,6 @@ from .progress import ProgressPrinter, turn_error, turn_line
 from .stored import KINDS, kind_of
 
 
-config_overrides = given_settings
-
 
 def dispatch(args, registry: Registry) -> int:
     if args.command == "run":
@@ -59,10 +57,10 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
     if resume:
         # Taken before anything loads: a run another process drives is refused here (exit 2).
         store = launch.take_run(args.run_id, args.run_dir)
-        session = RunSession.resumed(store, overrides=config_overrides(args), registry=registry, **delivery)
+        session = RunSession.resumed(store, overrides=given_settings(args), registry=registry, **delivery)
         runs_root = store.dir.parent
     else:
-        config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
+        config = load_config(given_settings(args), project_dir=args.file.parent if args.file.parent.exists() else None)
         session = RunSession.new(config, args.file, registry=registry, **delivery)
         runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
     if interactive(args):
@@ -128,7 +126,7 @@ def cmd_check(args, registry: Registry) -> int:
     from ..run.launch import resolve_device
     from ..task import load_task
 
-    config = load_config(config_overrides(args))
+    config = load_config(given_settings(args))
     task = load_task(args.reference, config.class_name)
     source = read_candidate(args.candidate)
     device = resolve_device(config)
