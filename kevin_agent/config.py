@@ -304,6 +304,11 @@ def first_sentence(text: str) -> str:
     return flat
 
 
+def given_settings(args) -> dict[str, Any]:
+    """Every run setting a command line gave (None: not given); its flags carry the setting's name as dest."""
+    return {name: getattr(args, name) for name in RunConfig.model_fields if getattr(args, name, None) is not None}
+
+
 def field_help(name: str) -> str:
     """A setting's docstring with its default, for `--help`: its whole first sentence."""
     info = RunConfig.model_fields[name]

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from .events import Event
 from .results import Confirmation, EvalResult, RunInfo, Stage, TurnRecord
+from .results.bench import TaskResult as BenchTaskResult
 from .results.device import DeviceFacts
 from .results.optimize import GroupRun, OptimizeRecord
 from .task import TaskProbe
@@ -244,3 +245,19 @@ class OptimizeProgress(Protocol):
         """The whole model measured with the kernels (``record.measured`` against
         ``record.predicted``; each group kept or dropped with why)."""
         ...
+
+class BenchSink(Protocol):
+    """What a front end hears of a bench (``bench/``): its tasks as they start and end, and each
+    task's own run events (``task_id`` first; many tasks may run at once on Ray)."""
+
+    def bench_started(self, bench_id: str, bench_dir: Path, tasks: int, done: int, where: str) -> None: ...
+
+    def task_started(self, task_id: str) -> None: ...
+
+    def task_event(self, task_id: str, event: Event) -> None: ...
+
+    def task_finished(self, result: BenchTaskResult, recorded: bool) -> None:
+        """``recorded``: False when the task already had a result (a copy that ran again)."""
+        ...
+
+    def note(self, text: str) -> None: ...

@@ -170,3 +170,15 @@ def test_model_noise_benchmark_times_the_example_against_itself(tmp_path):
     assert len(data["rows"]) == 2
     # the "kernel" is the module's own code, installed at each of the group's three modules
     assert all(r["kernel_calls"] == 3 and r["fallback_calls"] == 0 and r["outputs_match"] for r in data["rows"])
+
+
+@pytest.mark.slow
+def test_bench_benchmark_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), "--device", "cpu", "--tasks",
+                           "rmsnorm", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| task | correct | bench: wall s | bench: eval device s | alone: wall s |" in proc.stdout
+    (row,) = json.loads((out / "bench.json").read_text())["rows"]
+    assert row["task"] == "rmsnorm" and row["correct"] and row["bench_device_s"] > 0 and row["single_device_s"] > 0
+    assert "kevin-opt: [1/1] tasks/rmsnorm: correct" in (out / "progress.log").read_text()

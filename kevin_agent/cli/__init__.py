@@ -1,7 +1,7 @@
 """``kevin-opt``: the command line. It parses; ``commands`` does the work.
 
 A flag that sets a run setting has the setting's name as its ``dest``: its help text and default
-come from the field in ``config.py``, and ``commands.config_overrides`` passes every such flag on
+come from the field in ``config.py``, and ``config.given_settings`` passes every such flag on
 without a list of names, so a new option is a field there and one ``_flag`` line here.
 Exit codes are ``errors.ExitCode``.
 """
@@ -17,11 +17,13 @@ from pathlib import Path
 from .. import __version__
 from ..config import RunConfig, field_help
 from ..errors import ExitCode, KevinError
+from .bench_commands import BENCH_DIR_HELP
+from .bench_commands import add_parser as add_bench_parser
 from .model_commands import COMMANDS as MODEL_COMMANDS
 from .model_commands import add_parsers as add_model_parsers
 from .optimize_command import add_parser as add_optimize_parser
 
-SUBCOMMANDS = {"run", "check", "history", "show", "resume", "optimize", *MODEL_COMMANDS}
+SUBCOMMANDS = {"run", "check", "history", "show", "resume", "optimize", "bench", *MODEL_COMMANDS}
 STORE_HELP = ("where the runs are stored (default: .kevin/runs at the top of the git repository that holds the "
               "current directory, else in the current directory)")
 
@@ -155,10 +157,13 @@ def build_parser(registry) -> argparse.ArgumentParser:
     run.add_argument("file", type=Path, metavar="FILE", help="the Python file with the module to optimize")
     _add_run_flags(run, registry)
 
-    resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn, or an "
-                                           "optimize from where it stopped")
-    resume.add_argument("run_id", metavar="RUN", help="the run or optimize id, as `kevin-opt history` lists it")
+    resume = sub.add_parser("resume", help="continue an interrupted run from its last finished turn, an optimize "
+                                           "from where it stopped, or a bench's unfinished tasks")
+    resume.add_argument("run_id", metavar="RUN", help="the run, optimize or bench id, as `kevin-opt history` lists it")
     _add_run_flags(resume, registry, resume=True)
+    resume.add_argument("--bench-dir", type=Path, metavar="DIR", help=BENCH_DIR_HELP)
+    resume.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="a bench: run its unfinished tasks on a Ray cluster (see `kevin-opt bench --help`)")
 
     check = sub.add_parser("check", help="check and evaluate one candidate file against a task, no model")
     check.add_argument("reference", type=Path, metavar="REF", help="the task file with the reference module")
@@ -173,13 +178,15 @@ def build_parser(registry) -> argparse.ArgumentParser:
     history.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
     history.add_argument("--plain", action="store_true", help="print a table even on a terminal")
     history.add_argument("--json", dest="json_out", action="store_true", help="print the list as JSON")
+    history.add_argument("--bench-dir", type=Path, metavar="DIR", help=BENCH_DIR_HELP)
 
-    show = sub.add_parser("show", help="show a run, one turn of it, or an optimize")
-    show.add_argument("run_id", metavar="RUN", help="the run or optimize id, as `kevin-opt history` lists it")
+    show = sub.add_parser("show", help="show a run or one turn of it, an optimize, or a bench's table")
+    show.add_argument("run_id", metavar="RUN", help="the run, optimize or bench id, as `kevin-opt history` lists it")
     show.add_argument("--turn", type=_positive_int, metavar="N", help="show this turn in full")
     show.add_argument("--trajectory", type=int, default=0, metavar="T",
                       help="the trajectory of --turn (default 0)")
     show.add_argument("--run-dir", type=Path, metavar="DIR", help=STORE_HELP)
+    show.add_argument("--bench-dir", type=Path, metavar="DIR", help=BENCH_DIR_HELP)
     show.add_argument("--prompt", action="store_true", help="also print the prompt")
     show.add_argument("--response", action="store_true", help="also print the full response")
     show.add_argument("--ncu", action="store_true",
@@ -187,6 +194,10 @@ def build_parser(registry) -> argparse.ArgumentParser:
                            "the full report is kept in the run directory")
     add_model_parsers(sub, _flag, _positive_int, _nonneg_float)
     add_optimize_parser(sub, _add_run_flags, registry, _positive_int)
+
+    add_bench_parser(sub, _flag, _positive_int, _nonneg_float,
+                     lambda setting: _choices_help(setting, registry.backends if setting == "backend"
+                                                   else registry.devices))
     return parser
 
 
@@ -235,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.command in MODEL_COMMANDS:
                 code = int(model_commands.dispatch(args))
-            elif optimize_command.handles(args):
-                code = int(optimize_command.dispatch(args, registry))
+            elif args.command == "optimize":
+                code = int(optimize_command.cmd_optimize(args, registry))
             else:
                 code = int(commands.dispatch(args, registry))
         except KevinError as exc:

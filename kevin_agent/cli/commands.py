@@ -6,37 +6,41 @@ import ast
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from ..config import RunConfig, load_config
+from ..config import given_settings, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, UsageError
 from ..formatting import (best_words, confirmed_line, counted, fmt_launched, fmt_memory, fmt_roofline, fmt_seconds,
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
 from ..registry import Registry
 from ..results import Status
-from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, OptimizeEntry, to_json
+from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
 from ..results.lineage import tree_lines
 from ..results.winner import best_of_run, confirmed_turns
-from ..store import RunStore, default_runs_root, effective_status, list_optimizes, list_runs
+from ..store import RunStore, default_runs_root, effective_status, list_runs
 from .progress import ProgressPrinter, turn_error, turn_line
+from .stored import KINDS, kind_of
 
-
-def config_overrides(args) -> dict[str, Any]:
-    """Every run setting a flag gave (None: not given); flags carry the setting's name as dest."""
-    return {name: getattr(args, name) for name in RunConfig.model_fields if getattr(args, name, None) is not None}
 
 
 def dispatch(args, registry: Registry) -> int:
     if args.command == "run":
         return cmd_run(args, registry)
+    if args.command == "bench":
+        from .bench_commands import cmd_bench
+
+        return cmd_bench(args, registry)
     if args.command == "resume":
+        if (kind := kind_of(args.run_id, args)) is not None:
+            return kind.resume(args, registry)
         return cmd_run(args, registry, resume=True)
     if args.command == "check":
         return cmd_check(args, registry)
     if args.command == "history":
         return cmd_history(args, registry)
     if args.command == "show":
+        if (kind := kind_of(args.run_id, args)) is not None:
+            return kind.show(args)
         return cmd_show(args)
     raise UsageError(f"unknown command {args.command!r}")
 
@@ -53,10 +57,10 @@ def cmd_run(args, registry: Registry, *, resume: bool = False) -> int:
     if resume:
         # Taken before anything loads: a run another process drives is refused here (exit 2).
         store = launch.take_run(args.run_id, args.run_dir)
-        session = RunSession.resumed(store, overrides=config_overrides(args), registry=registry, **delivery)
+        session = RunSession.resumed(store, overrides=given_settings(args), registry=registry, **delivery)
         runs_root = store.dir.parent
     else:
-        config = load_config(config_overrides(args), project_dir=args.file.parent if args.file.parent.exists() else None)
+        config = load_config(given_settings(args), project_dir=args.file.parent if args.file.parent.exists() else None)
         session = RunSession.new(config, args.file, registry=registry, **delivery)
         runs_root = config.run_dir or default_runs_root(args.file.expanduser().resolve().parent)
     if interactive(args):
@@ -122,7 +126,7 @@ def cmd_check(args, registry: Registry) -> int:
     from ..run.launch import resolve_device
     from ..task import load_task
 
-    config = load_config(config_overrides(args))
+    config = load_config(given_settings(args))
     task = load_task(args.reference, config.class_name)
     source = read_candidate(args.candidate)
     device = resolve_device(config)
@@ -172,27 +176,20 @@ def cmd_history(args, registry: Registry) -> int:
 
         return history_tui(root, registry)
     runs = list_runs(root)
-    optimizes = list_optimizes(root)
+    others = {kind.json_field: kind.entries(args) for kind in KINDS}
     if args.json_out:
-        print(to_json(HistoryRecord(optimizes=[optimize_entry(o) for o in optimizes], runs=[
+        print(to_json(HistoryRecord(runs=[
             HistoryEntry(run_id=i.run_id, task=i.task.name, created_at=i.created_at, status=i.status,
                          turns_done=len(r), best_speedup=i.best.speedup if i.best else None,
                          best_confirmed=bool(i.best and i.best.confirmation), commit=i.commit, delivery=i.delivery)
-            for i, r in runs])), end="")
+            for i, r in runs], **others)), end="")
         return ExitCode.OK
-    if not runs and not optimizes:
-        print(f"no runs in {root}")
-        return ExitCode.OK
-    if optimizes:
-        print(f"{'OPTIMIZE':<44} {'MODEL':<16} {'STARTED':<20} {'STATUS':<12} {'KEPT':>6} {'WHOLE MODEL':<22}  COMMIT")
-        for o in optimizes:
-            whole = f"{o.measured:.2f}x (Amdahl {o.predicted:.2f}x)" if o.measured and o.predicted else "-"
-            kept = f"{len(o.kept)}/{len(o.groups)}"
-            print(f"{o.optimize_id:<44} {Path(o.model_file).name[:16]:<16} {o.created_at[:19]:<20} {o.status:<12} "
-                  f"{kept:>6} {whole:<22}  {(o.commit or '-')[:10]}")
-        if runs:
-            print()
+    for kind in KINDS:
+        if lines := kind.lines(others[kind.json_field]):
+            print("\n".join(lines) + "\n")
     if not runs:
+        if not any(others.values()):
+            print(f"no runs in {root}")
         return ExitCode.OK
     # BEST holds confirmed medians and turns' own numbers: each value says which it is.
     print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':<17}  DELIVERY")
@@ -204,16 +201,15 @@ def cmd_history(args, registry: Registry) -> int:
     return ExitCode.OK
 
 
-def optimize_entry(o) -> OptimizeEntry:
-    return OptimizeEntry(optimize_id=o.optimize_id, model=Path(o.model_file).name, created_at=o.created_at,
-                         status=o.status, groups=len(o.groups), kept=len(o.kept), measured=o.measured,
-                         predicted=o.predicted, commit=o.commit, run_ids=[g.run_id for g in o.groups if g.run_id])
-
-
 def cmd_show(args) -> int:
     if args.ncu and args.turn is None:
         raise UsageError("--ncu profiles one turn's kernel", "name it with --turn N (and --trajectory T)")
     root = args.run_dir or default_runs_root()
+    if args.run_dir is None and not any(root.glob(f"{args.run_id}*/run.json")):
+        from ..bench import find_run_dir
+        from .bench_commands import benches_root
+
+        root = find_run_dir(args.run_id, benches_root(args)) or root  # a bench's task's run
     store = RunStore.open(root, args.run_id)
     info, records = store.info, store.records()
     if args.turn is None:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import load_config
+from ..config import given_settings, load_config
 from ..console import interactive, note, write_json
 from ..errors import ExitCode, KevinError
 
@@ -100,9 +100,8 @@ def _device_flags(p: argparse.ArgumentParser, flag, where: str) -> None:
 
 def _settings(args):
     from ..run.launch import resolve_device
-    from .commands import config_overrides
 
-    config = load_config(config_overrides(args), project_dir=args.model_file.parent if args.model_file.parent.exists()
+    config = load_config(given_settings(args), project_dir=args.model_file.parent if args.model_file.parent.exists()
                          else None)
     return config, config.eval_settings(resolve_device(config))
 

@@ -7,31 +7,14 @@ import signal
 import sys
 from pathlib import Path
 
-from ..config import load_config
+from ..config import given_settings, load_config
 from ..console import note, write_json
 from ..errors import ExitCode
-from ..registry import Registry
 from ..optimize import summary_lines
+from ..registry import Registry
 from ..results.optimize import GroupRun, OptimizeRecord
 from ..store import OptimizeStore, default_runs_root, effective_optimize_status
 from .progress import ProgressPrinter
-
-
-def handles(args) -> bool:
-    """``optimize``, and ``resume``/``show`` of an optimize's id (``opt-...``) rather than a run's."""
-    from ..store import is_optimize
-
-    if args.command == "optimize":
-        return True
-    return args.command in ("resume", "show") and is_optimize(args.run_dir or default_runs_root(), args.run_id)
-
-
-def dispatch(args, registry: Registry) -> int:
-    if args.command == "optimize":
-        return cmd_optimize(args, registry)
-    if args.command == "resume":
-        return cmd_resume_optimize(args, registry)
-    return cmd_show_optimize(args)
 
 
 def add_parser(sub, add_run_flags, registry, positive_int) -> None:
@@ -128,10 +111,9 @@ def run_optimize(session, args) -> int:
 def cmd_optimize(args, registry: Registry) -> int:
     from ..model.choose import DEFAULT_MIN_SAVING, DEFAULT_MODULES
     from ..optimize import OptimizeSession
-    from .commands import config_overrides
 
     model_dir = args.model_file.parent if args.model_file.parent.exists() else None
-    config = load_config(config_overrides(args), project_dir=model_dir)
+    config = load_config(given_settings(args), project_dir=model_dir)
     session = OptimizeSession.new(args.model_file, config, registry=registry,
                                   modules=args.modules or DEFAULT_MODULES,
                                   min_saving=DEFAULT_MIN_SAVING if args.min_saving is None else args.min_saving,
@@ -142,9 +124,8 @@ def cmd_optimize(args, registry: Registry) -> int:
 
 def cmd_resume_optimize(args, registry: Registry) -> int:
     from ..optimize import OptimizeSession
-    from .commands import config_overrides
 
-    session = OptimizeSession.resumed(args.run_id, runs_root=args.run_dir, overrides=config_overrides(args),
+    session = OptimizeSession.resumed(args.run_id, runs_root=args.run_dir, overrides=given_settings(args),
                                       registry=registry, replace=args.replace, accept_flagged=args.accept_flagged)
     done = [g.name for g in session.record.groups if g.finished]
     note(f"resuming optimize {session.record.optimize_id}" + (f"; kept: {', '.join(done)}" if done else ""))

@@ -31,6 +31,27 @@ LONG_STAGE_S = 15.0
 TICK_S = 1.0
 
 
+@contextlib.contextmanager
+def every_second(call: Callable[[], None], name: str) -> Iterator[None]:
+    """Call ``call`` every second in a thread of its own while the block runs (until its stream is gone)."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(TICK_S):
+            try:
+                call()
+            except (OSError, ValueError):
+                return  # the stream is gone
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
 def turn_line(rec: TurnRecord) -> str:
     head = f"{rec.status.value:<13}"
     if rec.status is Status.CORRECT and rec.eval is not None and rec.eval.runtime and rec.eval.reference:
@@ -112,22 +133,8 @@ class ProgressPrinter:
     @contextlib.contextmanager
     def ticking(self) -> Iterator[ProgressPrinter]:
         """``tick`` every second while the block runs."""
-        done = threading.Event()
-
-        def loop() -> None:
-            while not done.wait(TICK_S):
-                try:
-                    self.tick()
-                except (OSError, ValueError):
-                    return  # the stream is gone
-
-        thread = threading.Thread(target=loop, name="kevin-progress", daemon=True)
-        thread.start()
-        try:
+        with every_second(self.tick, "kevin-progress"):
             yield self
-        finally:
-            done.set()
-            thread.join(timeout=5)
 
     # --- events -------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> None:

@@ -394,12 +394,30 @@ class OptimizeEntry(BaseModel):
     run_ids: list[str] = Field(default_factory=list)
 
 
+class BenchEntry(BaseModel):
+    """A bench as ``history`` lists it (its table: ``kevin-opt show BENCH``)."""
+
+    bench_id: str
+    created_at: str
+    status: str
+    tasks: int
+    tasks_done: int
+    correct: int
+    failed: int
+    where: str
+    backend: str
+    model: str
+    mean_speedup: float | None = None
+    """Mean over the finished tasks of each one's best speedup, an incorrect task counting 0 (speedup best@k)."""
+
+
 class HistoryRecord(Record):
-    """``kevin-opt history --json``: the stored runs and optimizes."""
+    """``kevin-opt history --json``: the stored runs, optimizes and benches."""
 
     kind: Literal["history"] = "history"
     runs: list[HistoryEntry]
     optimizes: list[OptimizeEntry] = Field(default_factory=list)
+    benches: list[BenchEntry] = Field(default_factory=list)
 
 
 def task_view(path: str, name: str, class_name: str, digest: str) -> TaskView:

@@ -13,8 +13,9 @@ from .runs import (
                    now_iso,
                    read_info,
                    read_records,
+                   write_atomic,
 )
 
-__all__ = ["LOCK_FILE", "OptimizeStore", "RunLock", "RunStore", "effective_optimize_status", "is_optimize",
-           "list_optimizes", "new_optimize_id", "default_runs_root", "effective_status", "list_runs", "lock_owner",
-           "new_run_id", "now_iso", "read_info", "read_records"]
+__all__ = ["LOCK_FILE", "OptimizeStore", "RunLock", "RunStore", "default_runs_root", "effective_optimize_status",
+           "effective_status", "is_optimize", "list_optimizes", "list_runs", "lock_owner", "new_optimize_id",
+           "new_run_id", "now_iso", "read_info", "read_records", "write_atomic"]

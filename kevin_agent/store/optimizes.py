@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import RunNotFound, RunUnreadable
 from ..results.optimize import OPTIMIZE_SCHEMAS_READ, OptimizeRecord
 from .lock import RunLock, lock_owner
-from .runs import _write_atomic, new_run_id, now_iso
+from .runs import write_atomic, new_run_id, now_iso
 
 OPTIMIZE_JSON = "optimize.json"
 PROFILE_JSON = "profile.json"
@@ -76,7 +76,7 @@ class OptimizeStore:
 
     def save(self) -> None:
         self.record.updated_at = now_iso()
-        _write_atomic(self.dir / OPTIMIZE_JSON, self.record.model_dump_json(indent=2, by_alias=True) + "\n")
+        write_atomic(self.dir / OPTIMIZE_JSON, self.record.model_dump_json(indent=2, by_alias=True) + "\n")
 
 
 def is_optimize(root: Path, name: str) -> bool:

@@ -60,7 +60,8 @@ def new_run_id(task_name: str) -> str:
     return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` whole with ``text``, on disk before it is seen (a killed writer leaves the old file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -124,7 +125,7 @@ class RunStore:
     # --- run.json ----------------------------------------------------------------------------
     def save_info(self) -> None:
         self.info.updated_at = now_iso()
-        _write_atomic(self.dir / RUN_JSON, self.info.model_dump_json(indent=2) + "\n")
+        write_atomic(self.dir / RUN_JSON, self.info.model_dump_json(indent=2) + "\n")
 
     def update_info(self, **changes) -> None:
         for key, value in changes.items():
@@ -137,7 +138,7 @@ class RunStore:
 
     def write_kernel(self, trajectory: int, turn: int, code: str) -> str:
         rel = self.kernel_relpath(trajectory, turn)
-        _write_atomic(self.dir / rel, code)
+        write_atomic(self.dir / rel, code)
         return rel
 
     def append(self, record: TurnRecord) -> None:

@@ -294,7 +294,7 @@ def test_eval_gpu_beyond_the_gpus_exits_2_before_anything_starts(tmp_path):
 
 def test_flags_reach_the_settings():
     from kevin_agent.cli import build_parser
-    from kevin_agent.cli.commands import config_overrides
+    from kevin_agent.config import given_settings
     from kevin_agent.config import load_config
     from kevin_agent.registry import build_registry
 
@@ -302,11 +302,11 @@ def test_flags_reach_the_settings():
     args = parser.parse_args([
         "run", "x.py", "--kv-cache-dtype", "auto", "--quantization", "fp8", "--no-prefix-caching",
         "--no-cuda-graphs", "--speculative", "ngram", "--eval-gpu", "1", "--tensor-parallel-size", "2"])
-    config = load_config(config_overrides(args))
+    config = load_config(given_settings(args))
     assert (config.kv_cache_dtype, config.quantization, config.prefix_caching, config.cuda_graphs,
             config.speculative, config.eval_gpu, config.tensor_parallel_size) == ("auto", "fp8", False, False,
                                                                                    "ngram", 1, 2)
-    defaults = load_config(config_overrides(parser.parse_args(["run", "x.py"])))
+    defaults = load_config(given_settings(parser.parse_args(["run", "x.py"])))
     assert (defaults.kv_cache_dtype, defaults.quantization, defaults.prefix_caching, defaults.cuda_graphs,
             defaults.speculative, defaults.eval_gpu) == ("fp8", "none", True, True, "off", None)
 

@@ -44,7 +44,7 @@ def assert_whole(text: str, what: str) -> None:
     assert last not in DANGLING, f"{what} ends mid-sentence: {text!r}"
 
 
-COMMANDS = ["run", "resume", "check", "history", "show", "profile", "extract", "install", "e2e", "optimize"]
+COMMANDS = ["run", "resume", "check", "history", "show", "bench", "optimize", "profile", "extract", "install", "e2e"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

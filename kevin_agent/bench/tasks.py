@@ -1,0 +1,88 @@
+"""Which task files a bench runs: folders of KernelBench-convention files, or text files that list them.
+
+A folder contributes each ``*.py`` directly in it whose source defines ``get_inputs`` (KernelBench's
+``level1/`` holds only such files; a folder of a person's own may hold helpers too), in name order
+as KernelBench numbers them. A text file lists task files one per line (blank lines and ``#``
+comments skipped), relative to the list's own folder. A listed file that does not load is still a
+task: its row says why, and the bench goes on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import UsageError
+from ..results.bench import BenchTask
+
+LEVEL = re.compile(r"^level\d+$")
+
+
+def _natural(path: Path) -> list:
+    # 2_x before 10_x, as KernelBench numbers its tasks.
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.stem)]
+
+
+def _looks_like_task(path: Path) -> bool:
+    try:
+        return "get_inputs" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _listed(path: Path) -> list[Path]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the task list {path} ({exc})") from None
+    out = []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            listed = Path(line).expanduser()
+            out.append(listed if listed.is_absolute() else path.parent / listed)
+    return out
+
+
+def find_tasks(paths: Sequence[Path]) -> list[BenchTask]:
+    """The bench's tasks, in the order given; ``UsageError`` (exit 2) for a path that does not exist
+    or holds no task file."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given).expanduser()
+        if path.is_dir():
+            found = sorted((p for p in path.glob("*.py") if p.name != "__init__.py" and _looks_like_task(p)),
+                           key=_natural)
+            if not found:
+                raise UsageError(f"{given}: no task files in this folder (no .py file in it defines get_inputs)",
+                                 "pass folders of KernelBench-convention task files (class Model, get_inputs(), "
+                                 "get_init_inputs()), or a text file listing task files")
+            files += found
+        elif path.is_file() and path.suffix == ".py":
+            files.append(path)
+        elif path.is_file():
+            listed = _listed(path)
+            if not listed:
+                raise UsageError(f"{given}: the list names no task files", "one task file path per line")
+            files += listed
+        else:
+            raise UsageError(f"{given}: no such folder or file",
+                             "pass folders of task files (a KernelBench checkout's level1/) or a text file listing them")
+    tasks: list[BenchTask] = []
+    seen_paths: set[Path] = set()
+    taken: set[str] = set()
+    for file in files:
+        resolved = file.resolve()
+        if resolved in seen_paths:
+            continue
+        seen_paths.add(resolved)
+        folder = resolved.parent.name
+        level = folder if LEVEL.match(folder) else None
+        base = f"{folder}/{resolved.stem}" if folder else resolved.stem
+        task_id, n = base, 2
+        while task_id in taken:
+            task_id, n = f"{base}-{n}", n + 1
+        taken.add(task_id)
+        tasks.append(BenchTask(task_id=task_id, path=str(resolved), level=level))
+    return tasks
