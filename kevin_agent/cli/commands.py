@@ -188,8 +188,7 @@ def cmd_history(args, registry: Registry) -> int:
         if lines := kind.lines(others[kind.json_field]):
             print("\n".join(lines) + "\n")
     if not runs:
-        if not any(others.values()):
-            print(f"no runs in {root}")
+        print(f"no runs in {root}")
         return ExitCode.OK
     # BEST holds confirmed medians and turns' own numbers: each value says which it is.
     print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':<17}  DELIVERY")

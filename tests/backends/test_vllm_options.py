@@ -185,7 +185,7 @@ def test_scripted_run_first_line_says_how_it_compares(tmp_path):
                  "--responses", REPO / "examples" / "rmsnorm.cpu.jsonl", "--turns", "1", "--headless",
                  "--no-commit", "--run-dir", tmp_path / "runs", "--out", tmp_path / "k.py")
     first = proc.stderr.splitlines()[0]
-    assert first.endswith("1 x 1 turns (the paper: 16 x 8; --trajectories 16 for its setting)"), proc.stderr
+    assert first.endswith("1 x 1 turn (the paper: 16 x 8; --trajectories 16 for its setting)"), proc.stderr
 
 
 # --- GPUs -------------------------------------------------------------------------------------------
