@@ -239,7 +239,7 @@ def test_the_openai_backend_serves_two_runs_in_a_row(tmp_path):
         backend.close()
         assert backend._client.is_closed()
     requests = [json.loads(line) for line in log.read_text().splitlines()]
-    chats = [r["body"]["messages"][0]["content"] for r in requests if r["path"].endswith("/chat/completions")]
+    chats = [r["body"]["messages"][0]["content"] for r in requests if r.get("path", "").endswith("/chat/completions")]
     # One request per run, each with its own task, on the one connection pool; checked once.
     assert len(chats) == 2 and "softmax" in chats[0].lower() and "rms" in chats[1].lower()
     assert sum(r["path"].endswith("/models") for r in requests) == 1
