@@ -165,8 +165,8 @@ def built_as_a_run_builds_it(code: str, device: str) -> Path | None:
     or None when it does not build (this process's own build then says why)."""
     from kevin_agent.config import RunConfig
     from kevin_agent.evaluate.parent.builds import compile_in
-    from kevin_agent.evaluate.parent.pool import scrubbed_env
     from kevin_agent.evaluate.toolchain import cache
+    from kevin_agent.workers import scrubbed_env
 
     settings = RunConfig().eval_settings(device)
     folder = settings.cache_dir / cache.build_key(code, device, settings.fast_build)
