@@ -207,7 +207,8 @@ def test_junit_reporter_plugin(finished):
 def test_every_file_written_for_tools_has_one_layout(finished, tmp_path):
     # The summary, the committed report, check --json and history --json: one schema, one model
     # each, and the same names for the same facts (a CI script reads one field in all of them).
-    from kevin_agent.results.records import SCHEMA, CheckRecord, HistoryRecord, ReportRecord, RunSummary
+    from kevin_agent.results.history import HistoryRecord
+    from kevin_agent.results.records import SCHEMA, CheckRecord, ReportRecord, RunSummary
 
     repo, _ = finished
     summary = json.loads((repo / "summary.json").read_text())

@@ -14,7 +14,8 @@ from ..formatting import (best_words, confirmed_line, counted, fmt_launched, fmt
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
 from ..registry import Registry
 from ..results import Status
-from ..results.records import CheckRecord, HistoryEntry, HistoryRecord, to_json
+from ..results.history import HistoryEntry, HistoryRecord
+from ..results.records import CheckRecord, to_json
 from ..results.lineage import tree_lines
 from ..results.winner import best_of_run, confirmed_turns
 from ..store import RunStore, default_runs_root, effective_status, list_runs

@@ -12,7 +12,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from ..formatting import fmt_speedup
-from ..results.records import BenchEntry, OptimizeEntry
+from ..results.history import BenchEntry, OptimizeEntry
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,10 @@ def _runs_root(args) -> Path:
 
 
 def _owns_optimize(ident: str, args) -> bool:
-    from ..store import is_optimize
     from ..store.optimizes import PREFIX
 
-    return ident.startswith(PREFIX) or is_optimize(_runs_root(args), ident)
+    # Every optimize id has the prefix, and a missing one is the optimize store's to say.
+    return ident.startswith(PREFIX)
 
 
 def _show_optimize(args) -> int:

@@ -3,7 +3,7 @@ kernel (``runs``), and the lock a live run holds on it (``lock``). Below the eng
 it, and every front end that reads it back; it imports the result records and nothing else."""
 
 from .lock import LOCK_FILE, RunLock, lock_owner
-from .optimizes import OptimizeStore, effective_optimize_status, is_optimize, list_optimizes, new_optimize_id
+from .optimizes import OptimizeStore, effective_optimize_status, list_optimizes, new_optimize_id
 from .runs import (
                    RunStore,
                    default_runs_root,
@@ -17,5 +17,5 @@ from .runs import (
 )
 
 __all__ = ["LOCK_FILE", "OptimizeStore", "RunLock", "RunStore", "default_runs_root", "effective_optimize_status",
-           "effective_status", "is_optimize", "list_optimizes", "list_runs", "lock_owner", "new_optimize_id",
+           "effective_status", "list_optimizes", "list_runs", "lock_owner", "new_optimize_id",
            "new_run_id", "now_iso", "read_info", "read_records", "write_atomic"]

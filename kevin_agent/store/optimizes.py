@@ -79,12 +79,6 @@ class OptimizeStore:
         write_atomic(self.dir / OPTIMIZE_JSON, self.record.model_dump_json(indent=2, by_alias=True) + "\n")
 
 
-def is_optimize(root: Path, name: str) -> bool:
-    """``name`` names an optimize in ``root`` (its id, or the start of one)."""
-    return name.startswith(PREFIX) and root.is_dir() and any(
-        (p / OPTIMIZE_JSON).is_file() for p in root.glob(f"{name}*"))
-
-
 def read_record(folder: Path) -> OptimizeRecord:
     path = folder / OPTIMIZE_JSON
     try:
