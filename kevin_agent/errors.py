@@ -91,6 +91,13 @@ class BackendError(KevinError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class DeliveryRefused(KevinError):
+    """The delivery would overwrite what is the person's (uncommitted changes, a file git could not
+    restore): refused before any work, exit 1 as a refused delivery."""
+
+    exit_code = ExitCode.NONE
+
+
 class GitError(KevinError):
     """The commit could not be made; the files are written but nothing was committed."""
 

@@ -55,8 +55,9 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
                               "--kernel B")
     install.add_argument("--write", action="store_true", help="write the change into the model file")
     install.add_argument("--replace", action="store_true",
-                         help="with --write: write even though the model file has uncommitted changes (they stay "
-                              "in it; the change only adds lines)")
+                         help="with --write: write into the model file even though it has uncommitted changes (they "
+                              "stay in it; the change only adds lines), or git does not track it (without --replace "
+                              "such a file is left untouched and the change written beside it)")
 
     e2e = sub.add_parser("e2e", help="time the whole model with and without delivered kernels")
     e2e.add_argument("model_file", type=Path, metavar="MODEL", help=MODEL_HELP)
@@ -212,8 +213,13 @@ def cmd_install(args, model_file) -> int:
     if change.already:
         print(f"{model_file.given} already installs {', '.join(change.already)}")
     if args.write:
-        write_change(model_file, change, replace=args.replace)
-        print(f"wrote the change into {model_file.given}:\n{change.diff}")
+        target = _install_target(model_file, change, replace=args.replace)
+        write_change(model_file, change, replace=args.replace, to=target.path)
+        if target.keeping == "beside":
+            print(f"wrote the model with the change into {_shown(target.path)}:\n{change.diff}")
+            note(target.words())
+        else:
+            print(f"wrote the change into {model_file.given}:\n{change.diff}")
         return ExitCode.OK
     if change.new_text is not None:
         print(f"the change that installs {change.stem} into `{change.module}` (kevin-opt install --write writes it):")
@@ -224,6 +230,27 @@ def cmd_install(args, model_file) -> int:
     if change.why_not and change.new_text is not None:
         print(f"note: {change.why_not}")
     return ExitCode.OK
+
+
+def _install_target(model_file, change, *, replace: bool):
+    """Where ``install --write`` writes: into the model file where git restores it (or --replace
+    says so), else beside it, the original untouched (``delivery.original``); an existing file
+    beside it that is not this very change is refused."""
+    from ..delivery import gitops
+    from ..delivery.original import ModelTarget, model_target
+    from ..model.modelfile import ModelError
+
+    if replace:
+        return ModelTarget(original=model_file.path, path=model_file.path, keeping="in place")
+    with gitops.opened(model_file.path) as repo:
+        target = model_target(model_file.path, repo, commit=False)
+    beside = target.path
+    if target.keeping == "beside" and beside.exists() and beside.read_text(encoding="utf-8") != change.new_text:
+        raise ModelError(f"{_shown(beside)} exists: the change to {model_file.given} would be written there, "
+                         f"because {target.why}",
+                         f"move {beside.name} away, or commit {model_file.given} first; --replace writes the change "
+                         f"into {model_file.given} itself")
+    return target
 
 
 def cmd_e2e(args, model_file) -> int:

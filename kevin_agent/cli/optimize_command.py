@@ -94,7 +94,7 @@ def run_optimize(session, args) -> int:
             signals.signum = signals.signum or getattr(exc, "signum", signal.SIGINT)
         finally:
             signals.detach()
-    for line in record.notes[-2:] if record.status in ("delivered", "written") else []:
+    for line in record.notes[-(3 if record.original else 2):] if record.status in ("delivered", "written") else []:
         note(line)
     if record.status == "interrupted" or signals.signum is not None:
         if signals.signum is not None:
@@ -123,8 +123,13 @@ def cmd_optimize(args, registry: Registry) -> int:
 
 
 def cmd_resume_optimize(args, registry: Registry) -> int:
-    from ..optimize import OptimizeSession
+    from ..optimize import OptimizeSession, delivered_words
 
+    stored = OptimizeStore.open(args.run_dir or default_runs_root(), args.run_id).record
+    if (done := delivered_words(stored)) is not None:
+        # Its kernels are in the model already: a second delivery would commit them again.
+        note(f"optimize {stored.optimize_id} {done}; nothing to resume")
+        return ExitCode.OK
     session = OptimizeSession.resumed(args.run_id, runs_root=args.run_dir, overrides=given_settings(args),
                                       registry=registry, replace=args.replace, accept_flagged=args.accept_flagged)
     done = [g.name for g in session.record.groups if g.finished]

@@ -137,8 +137,21 @@ def path_states(repo: git.Repo | None, paths: Sequence[Path]) -> dict[Path, Targ
     return states
 
 
-def state_problems(repo: git.Repo, *, branch: str | None = None) -> list[str]:
-    """Why the repository cannot take a commit right now (empty: it can)."""
+def is_ignored(repo: git.Repo | None, path: Path) -> bool:
+    """Whether git ignores ``path`` (a .gitignore or exclude rule): such a file is the person's to
+    keep out of history, so the tool never commits it."""
+    if repo is None or repo.bare:
+        return False
+    try:
+        repo.git.check_ignore("-q", "--no-index", "--", relpaths(repo, [path])[0][0], env=LITERAL)
+    except (git.GitCommandError, IndexError):
+        return False
+    return True
+
+
+def state_problems(repo: git.Repo, *, branch: str | None = None, grow: bool = False) -> list[str]:
+    """Why the repository cannot take a commit right now (empty: it can). ``grow``: ``branch`` is
+    one this delivery just made, and the commit goes on its tip."""
     if repo.bare:
         return [f"{repo.git_dir} is a bare repository: there is no working tree to deliver into"]
     problems = []
@@ -155,15 +168,18 @@ def state_problems(repo: git.Repo, *, branch: str | None = None) -> list[str]:
         except git.GitCommandError:
             problems.append(f"{branch!r} is not a valid branch name")
         else:
-            if branch in repo.heads:
+            if grow and branch not in repo.heads:
+                problems.append(f"branch {branch!r} is gone")
+            elif branch in repo.heads and not grow:
                 problems.append(f"branch {branch!r} already exists: pick a new name for --branch")
     return problems
 
 
-def commit_problems(repo: git.Repo, paths: Sequence[Path], *, branch: str | None = None) -> list[str]:
+def commit_problems(repo: git.Repo, paths: Sequence[Path], *, branch: str | None = None,
+                    grow: bool = False) -> list[str]:
     """Why a commit of ``paths`` would be refused by the repository's state (empty: it would
     not). What the paths hold is ``path_states``'s business."""
-    problems = state_problems(repo, branch=branch)
+    problems = state_problems(repo, branch=branch, grow=grow)
     if not repo.bare:
         problems += relpaths(repo, paths)[1]
     return problems
@@ -196,14 +212,19 @@ def _hook_failed(name: str, output: str) -> GitError:
     )
 
 
-def commit_paths(repo: git.Repo, paths: Sequence[Path], message: str, *, branch: str | None = None) -> CommitResult:
+def commit_paths(repo: git.Repo, paths: Sequence[Path], message: str, *, branch: str | None = None,
+                 grow: bool = False) -> CommitResult:
     """Commit exactly ``paths`` (as they are in the working tree) on HEAD's branch, or on the
-    new branch ``branch`` created from HEAD without switching the checkout."""
-    problems = commit_problems(repo, paths, branch=branch)
+    new branch ``branch`` created from HEAD without switching the checkout (with ``grow``, on the
+    tip of ``branch``, made by the commit just before)."""
+    problems = commit_problems(repo, paths, branch=branch, grow=grow)
     rels = relpaths(repo, paths)[0] if not repo.bare else []
     if problems:
         raise GitError("cannot commit: " + "; ".join(problems), "the files are written; nothing was committed")
-    parent = None if not repo.head.is_valid() else repo.head.commit.hexsha
+    if grow and branch is not None:
+        parent = repo.heads[branch].commit.hexsha
+    else:
+        parent = None if not repo.head.is_valid() else repo.head.commit.hexsha
     target_branch = branch or (None if repo.head.is_detached else repo.active_branch.name)
 
     git_dir = Path(repo.git_dir)
@@ -235,7 +256,9 @@ def commit_paths(repo: git.Repo, paths: Sequence[Path], message: str, *, branch:
         tree = repo.git.write_tree(env=tmp_env)
         sha = repo.git.commit_tree(tree, *(["-p", parent] if parent else []), "-F", str(msg_file))
         subject = message.splitlines()[0]
-        if branch is not None:
+        if branch is not None and grow:
+            repo.git.update_ref("-m", f"commit: {subject}", f"refs/heads/{branch}", sha, parent)
+        elif branch is not None:
             repo.git.update_ref("-m", "branch: Created from HEAD", f"refs/heads/{branch}", sha, "")
         else:
             # Compare-and-swap: refuse if HEAD moved while the hooks ran.

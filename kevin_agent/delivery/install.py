@@ -189,8 +189,9 @@ def _col(line: str, byte_offset: int) -> int:
     return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
 
 
-def write_change(model_file: ModelFile, change: Change, *, replace: bool = False) -> None:
-    """Write the change into the model file; raise ``ModelError`` where it must not be written."""
+def write_change(model_file: ModelFile, change: Change, *, replace: bool = False, to: Path | None = None) -> None:
+    """Write the change into the model file (or into ``to``, a new file beside it: ``delivery.original``);
+    raise ``ModelError`` where it must not be written."""
     if change.done:
         return
     if change.new_text is None or change.why_not:
@@ -202,4 +203,4 @@ def write_change(model_file: ModelFile, change: Change, *, replace: bool = False
         raise ModelError(f"{model_file.given}: has uncommitted changes; they are yours and stay untouched",
                          "commit or stash them, then run kevin-opt install --write again (or pass --replace to "
                          "write the change into the file as it is now)")
-    model_file.path.write_text(change.new_text, encoding="utf-8")
+    (to or model_file.path).write_text(change.new_text, encoding="utf-8")

@@ -2,7 +2,7 @@
 the whole model with every kernel, and one delivery (``session``); what it commits beside the model
 (``deliver``, ``report``). Its record is ``results.optimize``; its folder ``store.optimizes``."""
 
-from .report import render_markdown, report_paths, summary_lines
+from .report import delivered_words, render_markdown, report_paths, summary_lines
 from .session import OptimizeSession
 
-__all__ = ["OptimizeSession", "render_markdown", "report_paths", "summary_lines"]
+__all__ = ["OptimizeSession", "delivered_words", "render_markdown", "report_paths", "summary_lines"]

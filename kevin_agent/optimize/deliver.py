@@ -17,6 +17,7 @@ from pathlib import Path
 from ..delivery import gitops
 from ..delivery.e2e import DEFAULT_ROUNDS, measure
 from ..delivery.install import plan_change
+from ..delivery.original import ModelTarget, commit_original, model_target, original_message
 from ..delivery.plan import shown_path
 from ..errors import ExitCode, GitError
 from ..model.modelfile import ModelFile
@@ -26,20 +27,30 @@ from ..results.optimize import OptimizeRecord
 from .report import report_paths, write_model_report
 
 
-def targets(model_file: ModelFile, kernels: list[Path]) -> list[Path]:
-    """Every file the delivery writes: the kernel modules, the model file, the report."""
-    return [*kernels, model_file.path, *report_paths(model_file.path)]
+def targets(model_file: ModelFile, kernels: list[Path], model_target: Path | None = None) -> list[Path]:
+    """Every file the delivery writes: the kernel modules, the model with the kernels (the model
+    file, or the file beside it where the original is kept untouched), the report."""
+    return [*kernels, model_target or model_file.path, *report_paths(model_file.path)]
 
 
-def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool) -> list[str]:
-    """Why the delivery would write nothing: a target with uncommitted changes (the person's), one
-    git could not restore (without --replace). Said before the first run."""
+def where_the_model_goes(model_file: ModelFile, *, commit: bool, branch: str | None = None) -> ModelTarget:
     with gitops.opened(model_file.path) as repo:
-        paths = targets(model_file, kernels)
+        return model_target(model_file.path, repo, commit=commit, branch=branch)
+
+
+def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool, commit: bool = True,
+             branch: str | None = None) -> list[str]:
+    """Why the delivery would write nothing: a target with uncommitted changes (the person's), one
+    git could not restore (without --replace). Said before the first run; with no ``kernels`` (the
+    plan not made yet), before the profile."""
+    with gitops.opened(model_file.path) as repo:
+        target = model_target(model_file.path, repo, commit=commit, branch=branch)
+        paths = list(dict.fromkeys([model_file.path, *targets(model_file, kernels, target.path)]))
         states = gitops.path_states(repo, paths)
     out = [f"{shown_path(p)} has uncommitted changes: commit or stash them first (they are never overwritten)"
            for p in paths if states[p] == "modified"]
     if not replace:
+        # The model file itself is never overwritten when git cannot restore it (``delivery.original``).
         out += [f"{shown_path(p)} exists and git does not track it: pass --replace to overwrite it"
                 for p in paths if states[p] == "untracked" and p != model_file.path]
     return out
@@ -89,46 +100,64 @@ def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
 
 
 def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
-    record = session.record
+    record, config = session.record, session.config
     kept = record.kept
     beside = [model_file.path.parent / Path(g.kernel_file).name for g in kept]
-    refused = refusals(model_file, beside, replace=True)
+    refused = refusals(model_file, beside, replace=True, commit=config.commit, branch=config.branch)
     if refused:
         return session._end("refused", ExitCode.NONE, "nothing written: " + "; ".join(refused))
-    if session.consent is not None and not session.consent(record, targets(model_file, beside)):
+    target = where_the_model_goes(model_file, commit=config.commit, branch=config.branch)
+    if session.consent is not None and not session.consent(record, targets(model_file, beside, target.path)):
         record.notes.append("declined: nothing written, nothing committed; the kernels stay in the optimize's folder")
         return session._end("nothing", ExitCode.NONE, "declined: nothing written")
-    for g, target in zip(kept, beside):
-        if Path(g.kernel_file).resolve() != target.resolve():
-            shutil.copyfile(g.kernel_file, target)
-        g.kernel_file = str(target)
+    for g, path in zip(kept, beside):
+        if Path(g.kernel_file).resolve() != path.resolve():
+            shutil.copyfile(g.kernel_file, path)
+        g.kernel_file = str(path)
     change = plan_change(model_file, beside)
     if change.new_text is not None and not change.done:
-        model_file.path.write_text(change.new_text, encoding="utf-8")
-        record.model_change = change.diff
-    elif not change.done:
-        record.notes.append(f"the model file is not changed ({change.why_not}); add by hand: "
-                            + "; ".join(change.usage()))
-    paths = targets(model_file, beside)
+        with gitops.opened(model_file.path) as repo:
+            # Before the change is written: a model file git does not hold gets its own commit, as it is.
+            target, record.original_commit = commit_original(
+                repo, target, original_message(model_file.name, "kevin-opt installs its kernels"),
+                branch=config.branch)
+        record.original = target.words(record.original_commit, config.branch)
+        target.path.write_text(change.new_text, encoding="utf-8")
+        record.model_change = change.diff.replace(f"+++ b/{model_file.name}", f"+++ b/{target.path.name}", 1)
+    else:
+        target = target.model_copy(update={"path": model_file.path})  # nothing is written into it
+        if not change.done:
+            record.notes.append(f"the model file is not changed ({change.why_not}); add by hand: "
+                                + "; ".join(change.usage()))
+    paths = targets(model_file, beside, target.path)
     write_model_report(record, model_file.path)
     with gitops.opened(model_file.path) as repo:
-        record.written = [shown_path(p, Path(repo.working_tree_dir) if repo is not None and not repo.bare else None)
-                          for p in paths]
+        root = Path(repo.working_tree_dir) if repo is not None and not repo.bare else None
+        record.written = [shown_path(p, root) for p in paths]
+        record.model_written = shown_path(target.path, root)
         record.notes.append(f"wrote {', '.join(record.written)}")
-        if not session.config.commit:
+        if not config.commit:
             record.notes.append("not committed (--no-commit)")
-            return session._end("written", ExitCode.OK, "")
+            return _said_original(session, "written", ExitCode.OK)
         if repo is None or repo.bare:
             record.notes.append("not committed: not in a git repository")
-            return session._end("written", ExitCode.OK, "")
+            return _said_original(session, "written", ExitCode.OK)
         try:
-            result = gitops.commit_paths(repo, paths, commit_message(record), branch=session.config.branch)
+            result = gitops.commit_paths(repo, paths, commit_message(record), branch=config.branch,
+                                         grow=record.original_commit is not None)
         except GitError as exc:
             record.notes.append(f"not committed: {exc.message}")
-            return session._end("written", ExitCode.NONE, exc.message)
+            return _said_original(session, "written", ExitCode.NONE, exc.message)
     record.commit, record.branch = result.sha, result.branch
     record.notes.append(f"committed {result.sha[:12]} on {result.branch}: {', '.join(result.paths)}")
-    return session._end("delivered", ExitCode.OK, "")
+    return _said_original(session, "delivered", ExitCode.OK)
+
+
+def _said_original(session, status: str, code: int, why: str = "") -> OptimizeRecord:
+    """The end, the last note saying how the original model file was kept where git did not hold it."""
+    if session.record.original:
+        session.record.notes.append(session.record.original)
+    return session._end(status, code, why)
 
 
 def commit_message(record: OptimizeRecord) -> str:

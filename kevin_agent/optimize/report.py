@@ -66,7 +66,8 @@ def render_markdown(record: OptimizeRecord) -> str:
               "this one (for one kernel alone, the whole model's speedup).", "",
               "## The plan", "", *[f"    {line}" for line in record.plan], ""]
     if record.model_change:
-        lines += ["## The change to the model file", "", "```diff", record.model_change.rstrip("\n"), "```", ""]
+        lines += ["## The change to the model file", "", *([record.original, ""] if record.original else []),
+                  "```diff", record.model_change.rstrip("\n"), "```", ""]
     lines += [f"Show it again with `kevin-opt show {record.optimize_id}`; each group's run with "
               "`kevin-opt show RUN`.", ""]
     return "\n".join(lines)
@@ -105,6 +106,16 @@ def write_model_report(record: OptimizeRecord, model_path: Path) -> list[Path]:
     return [md, js, png]
 
 
+def delivered_words(record: OptimizeRecord) -> str | None:
+    """``already delivered in <sha>`` for an optimize whose kernels are in the model already
+    (committed, or written with --no-commit or outside a repository); None for any other."""
+    if record.status == "delivered" and record.commit:
+        return f"already delivered in {record.commit[:12]}" + (f" on {record.branch}" if record.branch else "")
+    if record.status == "written":
+        return "already delivered: written, not committed (" + ", ".join(record.written) + ")"
+    return None
+
+
 def summary_lines(record: OptimizeRecord) -> list[str]:
     """How an optimize stands, for ``show`` and the end of ``optimize``."""
     lines = [f"optimize {record.optimize_id}  {record.status}" + (f": {record.why}" if record.why else ""),
@@ -118,6 +129,8 @@ def summary_lines(record: OptimizeRecord) -> list[str]:
     if record.measured is not None:
         lines.append(f"whole model: {record.measured:.2f}x measured, Amdahl predicts "
                      + (f"{record.predicted:.2f}x" if record.predicted else "-"))
+    if record.original_commit:
+        lines.append(f"commit {record.original_commit} (the model file as it was)")
     if record.commit:
         lines.append(f"commit {record.commit}")
     return lines

@@ -15,12 +15,13 @@ Nothing here prints: a front end hears everything through ``protocols.OptimizePr
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from ..config import RunConfig, load_config
-from ..errors import ExitCode, KevinError
+from ..errors import DeliveryRefused, ExitCode, KevinError
 from ..events import TurnFinished
 from ..model.choose import choose, plan_lines
 from ..model.extract import default_task_path, extract_tasks
@@ -52,6 +53,8 @@ class OptimizeSession:
         asks the person (a run's rule); headless, the flags alone decide."""
         self._aborted = threading.Event()
         self._current: RunSession | None = None
+        self._discard = False
+        """The optimize is refused before its first run: its folder is removed as it closes."""
 
     @property
     def record(self) -> OptimizeRecord:
@@ -66,6 +69,12 @@ class OptimizeSession:
         registry = registry or build_registry()
         registry.backend_factory(config.backend)  # a mistyped name fails before the profile
         model_file = load_model_file(model_path)
+        # What the delivery would refuse of the model file and the report is known now: said before
+        # the profile, and nothing recorded (the kernel modules' names wait for the plan).
+        refused = delivering.refusals(model_file, [], replace=replace, commit=config.commit, branch=config.branch)
+        if refused:
+            raise DeliveryRefused("nothing written: " + "; ".join(refused),
+                                  "the optimize did not start and nothing was recorded")
         config = config.model_copy(update={"device": resolve_device(config)})
         root = config.run_dir or default_runs_root(model_file.path.parent)
         keep_out_of_git(root)
@@ -122,9 +131,13 @@ class OptimizeSession:
                 progress.planned(record)  # resumed: the plan it carries on with
             elif not self._plan(profile, progress):
                 return self._end("nothing", ExitCode.NONE, record.plan[0] if record.plan else "")
-            refused = delivering.refusals(model_file, self._names(model_file), replace=self.replace)
+            refused = delivering.refusals(model_file, self._names(model_file), replace=self.replace,
+                                          commit=self.config.commit, branch=self.config.branch)
             if refused:
-                return self._end("refused", ExitCode.USAGE, "; ".join(refused))
+                # Said as soon as the plan names the kernel modules, and nothing kept of it: no run
+                # started, so there is nothing to resume (a resumed optimize keeps its record).
+                self._discard = not any(g.run_id for g in record.groups)
+                return self._end("refused", ExitCode.NONE, "nothing written: " + "; ".join(refused))
             self._extract(model_file, progress)
             for group in record.groups:
                 if self.aborted:
@@ -157,8 +170,12 @@ class OptimizeSession:
             if backend is not None:
                 backend.close()
         finally:
-            self.store.save()
-            self.store.release()
+            if self._discard:
+                self.store.release()
+                shutil.rmtree(self.store.dir, ignore_errors=True)
+            else:
+                self.store.save()
+                self.store.release()
 
     def _end(self, status, code: int, why: str) -> OptimizeRecord:
         self.record.status, self.record.exit_code, self.record.why = status, int(code), why

@@ -115,6 +115,13 @@ class OptimizeRecord(Record):
     """The diff that installs the kept kernels into the model file."""
     written: list[str] = Field(default_factory=list)
     """The files delivered (relative to the repository, or absolute outside one)."""
+    model_written: str | None = None
+    """The file holding the model with the kernels: the model file, or ``<stem>_kevin_model.py``
+    beside it where the original could not be kept in git (``original``)."""
+    original: str = ""
+    """How the model file as it was is kept, in words, where git did not hold it already: committed
+    first in a commit of its own (``original_commit``), or left untouched beside the new one."""
+    original_commit: str | None = None
     commit: str | None = None
     branch: str | None = None
     notes: list[str] = Field(default_factory=list)
