@@ -46,14 +46,19 @@ def test_the_keys_the_readme_names_are_the_run_screens():
     assert "`e` expand or collapse the reasoning" in README and "`v` view the live" in README
 
 
-def test_start_from_your_model_leads_with_optimize_on_the_example():
+def test_start_from_your_model_leads_with_optimize_on_a_copy_of_the_example():
     section = README.split("## Start from your model", 1)[1].split("\n## ", 1)[0]
-    first = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip()
-    argv = shlex.split(first)
+    copy, run = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    argv = shlex.split(run)
     assert argv[:2] == ["kevin-opt", "optimize"]
     args = build_parser(build_registry()).parse_args(argv[1:])
     assert (args.device, args.backend) == ("cpu", "scripted")
-    assert (REPO / args.model_file).is_file() and (REPO / args.responses).is_dir()
+    # the demo runs in a scratch repository of its own, never in the person's kevin-opt clone
+    steps = [shlex.split(step) for step in copy.split("&&")]
+    cp = next(s for s in steps if s[0] == "cp")
+    assert {f"examples/{args.model_file}", f"examples/{args.responses}"} <= set(cp)
+    assert (REPO / "examples" / args.model_file).is_file() and (REPO / "examples" / args.responses).is_dir()
+    assert [s[0] for s in steps].index("cd") < [s[:2] for s in steps].index(["git", "init"])
 
 
 def test_the_readme_gives_every_exit_code_the_tool_uses():

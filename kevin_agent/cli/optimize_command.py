@@ -65,11 +65,10 @@ class OptimizeLines:
         self._say(text)
 
     def combined(self, record: OptimizeRecord) -> None:
-        from ..model.table import e2e_lines
+        from ..optimize.report import whole_model_lines
 
-        if record.e2e is not None:
-            for line in e2e_lines(record.e2e):
-                print(line, file=self.stream, flush=True)
+        for line in whole_model_lines(record):
+            print(line, file=self.stream, flush=True)
 
 
 def run_optimize(session, args) -> int:

@@ -94,8 +94,11 @@ def measure(model_file: ModelFile, kernels: Path | list[Path], settings: EvalSet
             break
         kept = [i for i in kept if i not in drop]
     kept = [i for i in kept if not effects[i].dropped] or kept
-    return _result(model_file, settings, profile, [effects[i] for i in kept], effects, base, with_kernels, rounds,
-                   time.monotonic() - started)
+    result = _result(model_file, settings, profile, [effects[i] for i in kept], effects, base, with_kernels, rounds,
+                     time.monotonic() - started)
+    pooled = [x for r in with_kernels for x in r.ratios] or [r.speedup for r in with_kernels]
+    result.speedup_interval = list(median_interval(pooled))
+    return result
 
 
 def _share(profile: ModelProfile | None, env: InstallEnvelope) -> float | None:

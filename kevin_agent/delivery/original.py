@@ -51,6 +51,19 @@ class ModelTarget(BaseModel):
         return ""
 
 
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding the ``kevin_agent`` package: a checkout of kevin-opt where it is installed
+from one (``pip install -e .``), else site-packages."""
+
+
+def own_checkout(repo: git.Repo | None) -> bool:
+    """Whether ``repo`` is the checkout kevin-opt itself runs from: its examples are there to be
+    copied, and an optimize never commits into the tool's own history."""
+    if repo is None or repo.bare:
+        return False
+    return Path(repo.working_tree_dir).resolve() == SOURCE_ROOT
+
+
 def beside_path(model_path: Path) -> Path:
     return model_path.with_name(f"{model_path.stem}_kevin_model.py")
 

@@ -90,6 +90,8 @@ class E2ERun(BaseModel):
     """With kernels: the median forward without any, timed in the same rounds."""
     speedup: float | None = None
     """With kernels: the median over rounds of the forward without them over the forward with them."""
+    ratios: list[float] = Field(default_factory=list)
+    """That ratio round by round (the parent pools them over workers for the speedup's interval)."""
     outputs_match: bool = True
     max_abs_err: float | None = None
     max_rel_err: float | None = None

@@ -17,14 +17,14 @@ from pathlib import Path
 from ..delivery import gitops
 from ..delivery.e2e import DEFAULT_ROUNDS, measure
 from ..delivery.install import plan_change
-from ..delivery.original import ModelTarget, commit_original, model_target, original_message
+from ..delivery.original import ModelTarget, commit_original, model_target, original_message, own_checkout
 from ..delivery.plan import shown_path
 from ..errors import ExitCode, GitError
 from ..model.modelfile import ModelFile
 from ..model.records import ModelProfile
 from ..protocols import OptimizeProgress
 from ..results.optimize import OptimizeRecord
-from .report import report_paths, write_model_report
+from .report import report_paths, speedup_words, write_model_report
 
 
 def targets(model_file: ModelFile, kernels: list[Path], model_target: Path | None = None) -> list[Path]:
@@ -47,6 +47,10 @@ def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool, commi
         target = model_target(model_file.path, repo, commit=commit, branch=branch)
         paths = list(dict.fromkeys([model_file.path, *targets(model_file, kernels, target.path)]))
         states = gitops.path_states(repo, paths)
+        if commit and own_checkout(repo):
+            return [f"{shown_path(model_file.path)} is in kevin-opt's own checkout ({repo.working_tree_dir}), and an "
+                    "optimize commits into the repository that holds the model: copy the model into a repository "
+                    "of yours first (as the README's demo does), or pass --no-commit"]
     out = [f"{shown_path(p)} has uncommitted changes: commit or stash them first (they are never overwritten)"
            for p in paths if states[p] == "modified"]
     if not replace:
@@ -54,6 +58,12 @@ def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool, commi
         out += [f"{shown_path(p)} exists and git does not track it: pass --replace to overwrite it"
                 for p in paths if states[p] == "untracked" and p != model_file.path]
     return out
+
+
+def slower_beyond_noise(result) -> bool:
+    """The kept kernels together slow the whole model: the whole interval of its speedup is below 1
+    (the rule each kernel is dropped by; a median below 1 alone is within what the timing moves)."""
+    return (result.speedup_interval or [result.speedup, result.speedup])[1] < 1.0
 
 
 def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
@@ -83,13 +93,15 @@ def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
         why = effect.dropped if effect is not None else ""
         if not why and not result.outputs_match:
             why = f"the whole model's outputs differ with it: {result.mismatch}"
-        if not why and result.slower and not session.config.accept_slower:
-            why = f"the whole model is slower with {'them' if several else 'it'} ({result.speedup:.2f}x)"
+        if not why and slower_beyond_noise(result) and not session.config.accept_slower:
+            why = (f"the whole model is slower with {'them' if several else 'it'}, beyond the noise "
+                   f"({speedup_words(result.speedup, result.speedup_interval)})")
         g.state, g.why = ("dropped", why) if why else ("kept", "")
         session.save(progress, g)
     record.e2e = result
     kept = record.kept
     record.measured = result.speedup if kept else None
+    record.measured_interval = result.speedup_interval if kept else None
     record.predicted = result.predicted if kept else None
     session.store.save()
     progress.combined(record)
@@ -164,7 +176,8 @@ def commit_message(record: OptimizeRecord) -> str:
     kept = record.kept
     name = Path(record.model_file).name
     head = (f"kevin-opt: {len(kept)} kernel{'s' if len(kept) != 1 else ''} into {name}, the whole model "
-            f"{record.measured:.2f}x" + (f" (Amdahl predicts {record.predicted:.2f}x)" if record.predicted else "")
+            f"{speedup_words(record.measured, record.measured_interval)}"
+            + (f" (Amdahl predicts {record.predicted:.2f}x)" if record.predicted else "")
             + f" on {record.device_name or record.device}")
     lines = [f"- {g.name}: {g.speedup:.2f}x on its task, run {g.run_id}" for g in kept]
     return head + "\n\n" + "\n".join(lines) + f"\n\noptimize {record.optimize_id}\n"

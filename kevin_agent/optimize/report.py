@@ -23,6 +23,45 @@ def _x(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
+def speedup_words(value: float | None, interval: list[float] | None) -> str:
+    """``1.48x [1.41, 1.55]``: a speedup with its 95% interval, where it has one."""
+    return _x(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if value is not None and interval else "")
+
+
+def whole_model_lines(record: OptimizeRecord) -> list[str]:
+    """The whole model with the kernels, for the end of ``optimize``: one speedup, with its interval,
+    the one the kept kernels were kept or dropped on; then each group's part and the outputs."""
+    e2e = record.e2e
+    if e2e is None:
+        return []
+    measured = [g for g in record.groups if g.state in ("kept", "dropped")]
+    kept = record.kept
+    n = len(kept) if kept else len(measured)
+    them = (f"the {n} kept kernel{'s' if n != 1 else ''}" if kept
+            else f"{'all ' if n > 1 else ''}the {n} kernel{'s' if n != 1 else ''}")
+    how = (f"95% interval; the forward without them over the forward with them, timed interleaved in "
+           f"{e2e.rounds} round{'s' if e2e.rounds != 1 else ''} of fresh workers; {e2e.baseline_ms:.3g} ms per "
+           "forward without them")
+    their = "their" if n > 1 else "its"
+    amdahl = (f"; Amdahl predicts {e2e.predicted:.2f}x from {their} {100 * e2e.share:.1f}% share and {their} own "
+              f"speedup{'s' if n > 1 else ''}" if e2e.predicted is not None and e2e.share is not None else "")
+    lines = [f"whole model with {them}: {speedup_words(e2e.speedup, e2e.speedup_interval)} ({how}){amdahl}"]
+    for g in measured:
+        if g.state == "dropped":
+            lines.append(f"  {g.name}: dropped: {g.why}")
+            continue
+        part = (f"without it the model is {_contribution(g)} slower; " if g.contribution is not None
+                and len(kept) > 1 else "")
+        lines.append(f"  {g.name}: kept: {part}its kernel ran at {g.kernel_calls:g} calls per forward, the "
+                     f"original forward at {g.fallback_calls:g}")
+    if e2e.outputs_match:
+        err = f" (max abs err {e2e.max_abs_err:.3g})" if e2e.max_abs_err is not None else ""
+        lines.append(f"outputs match within the {e2e.tolerance} tolerance{err}")
+    else:
+        lines.append(f"outputs DIFFER beyond the {e2e.tolerance} tolerance: {e2e.mismatch}")
+    return lines
+
+
 def _interval(g: GroupRun) -> str:
     c = g.confirmation
     return f"{_x(g.speedup)} [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]" if c is not None and c.ci95 else _x(g.speedup)
@@ -44,15 +83,16 @@ def render_markdown(record: OptimizeRecord) -> str:
              "signatures it was verified at (any other call runs the module's own forward).", ""]
     if e2e is not None:
         lines += ["## The whole model", "",
-                  "| | forward | speedup |", "|---|---|---|",
-                  f"| before (eager) | {e2e.baseline_ms:.3f} ms | 1.00x |",
-                  f"| after (with the kernels) | {e2e.kernel_ms:.3f} ms | {_x(record.measured)} measured |",
-                  f"| Amdahl's prediction | | {_x(record.predicted)} |", "",
-                  f"Outputs {'match' if e2e.outputs_match else 'DIFFER'} ({e2e.tolerance} tolerance); the "
-                  f"speedup is the median of {e2e.rounds} rounds, each timing the model with and without the "
-                  "kernels interleaved in fresh workers. The prediction is 1 / (1 - sum(share) + "
-                  "sum(share / speedup)) over the kept kernels, from the profile's shares and each kernel's "
-                  "confirmed speedup on its task.", ""]
+                  "| | speedup (95% interval) |", "|---|---|",
+                  f"| measured, with the kept kernels | {speedup_words(record.measured, record.measured_interval)} |",
+                  f"| Amdahl's prediction | {_x(record.predicted)} |", "",
+                  f"Outputs {'match' if e2e.outputs_match else 'DIFFER'} ({e2e.tolerance} tolerance). The "
+                  f"speedup is the median of the forward without the kernels over the forward with them "
+                  f"({e2e.baseline_ms:.3f} ms without them), timed interleaved call by call in {e2e.rounds} "
+                  "rounds of fresh workers and pooled, with the 95% interval of that median; the kernels would "
+                  "be dropped together only where the whole interval were below 1. The prediction is "
+                  "1 / (1 - sum(share) + sum(share / speedup)) over the kept kernels, from the profile's shares "
+                  "and each kernel's confirmed speedup on its task.", ""]
     lines += ["## Groups", "",
               "| group | share | kernel on its task (95% interval) | signatures | in the whole model | state | run |",
               "|---|---|---|---|---|---|---|"]
@@ -127,8 +167,8 @@ def summary_lines(record: OptimizeRecord) -> list[str]:
         lines.append(f"  {i}. {g.name} ({100 * g.share:.1f}% of the forward): {g.state_words()}{speed}"
                      + (f"  run {g.run_id}" if g.run_id else ""))
     if record.measured is not None:
-        lines.append(f"whole model: {record.measured:.2f}x measured, Amdahl predicts "
-                     + (f"{record.predicted:.2f}x" if record.predicted else "-"))
+        lines.append(f"whole model: {speedup_words(record.measured, record.measured_interval)} measured, Amdahl "
+                     "predicts " + (f"{record.predicted:.2f}x" if record.predicted else "-"))
     if record.original_commit:
         lines.append(f"commit {record.original_commit} (the model file as it was)")
     if record.commit:

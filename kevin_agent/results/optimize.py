@@ -110,7 +110,11 @@ class OptimizeRecord(Record):
     predicted: float | None = None
     """Amdahl's prediction for the kept kernels together, from their shares and confirmed speedups."""
     measured: float | None = None
-    """The whole model's measured speedup with them."""
+    """The whole model's measured speedup with them: the median of the forward without them over the
+    forward with them, interleaved, pooled over the rounds' workers."""
+    measured_interval: list[float] | None = None
+    """Its 95% interval (low, high): the kept kernels are dropped together only where it lies wholly
+    below 1, as a single kernel is (``E2EResult.speedup_interval``)."""
     model_change: str = ""
     """The diff that installs the kept kernels into the model file."""
     written: list[str] = Field(default_factory=list)

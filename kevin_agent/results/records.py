@@ -339,6 +339,8 @@ class E2EResult(Record):
     and without it call by call, interleaved; the median of the rounds' medians of the ratio."""
     workers_speedup: float
     """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
+    speedup_interval: list[float] | None = None
+    """The 95% interval of ``speedup``'s median, over every round's ratio of every worker pooled."""
     share: float | None
     """The module's share of the forward, from the profile (with several kernels: the kept ones' summed)."""
     module_speedup: float | None

@@ -10,46 +10,40 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from kevin_agent.config import load_config
-from kevin_agent.delivery.kernel_module import CLAIM_PREFIX, KernelClaim
-from kevin_agent.model.delivered import envelope, install_footer
-from kevin_agent.model.marks import extracted_from
 from kevin_agent.model.modelfile import load_model_file
 from kevin_agent.optimize import OptimizeSession
 from kevin_agent.optimize import deliver as delivering
-from kevin_agent.results.optimize import GroupRun
 
-from ..clihelp import kevin
+from ..clihelp import REPO, kevin
 from ..conftest import EXAMPLES, git_init
-
-KERNEL = "layer_stack_layers_norm_kevin.py"
-ORIGINAL = (EXAMPLES / "layer_stack.py").read_bytes()
-
-COUNTING_NORM = '''import torch
-import torch.nn as nn
-
-CALLS = [0]
+from .kernels import KERNEL, ORIGINAL, kept_session, kernel_module_source
 
 
-class ModelNew(nn.Module):
-    """The norm in PyTorch, counting its calls: where it runs, the model runs the kernel."""
+@pytest.fixture(scope="module")
+def kernel_source(tmp_path_factory) -> str:
+    return kernel_module_source(tmp_path_factory.mktemp("extract"))
 
-    def __init__(self, dim, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x):
-        CALLS[0] += 1
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-'''
+def delivered(folder: Path, kernel_source: str, **settings) -> OptimizeSession:
+    """The optimize's delivery, as ``optimize`` carries it out once the kernel was kept (the
+    measurement before it is ``test_whole_model``'s)."""
+    session = kept_session(folder, kernel_source, **settings)
+    try:
+        delivering._deliver(session, load_model_file(folder / "layer_stack.py"))
+    finally:
+        session.close()
+    return session
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
 
 RUNS_THE_KERNEL = """
 import sys, torch
@@ -60,42 +54,6 @@ with torch.no_grad():
     model(*model_file.get_inputs())
 print(kernel.CALLS[0])
 """
-
-
-@pytest.fixture(scope="module")
-def kernel_source(tmp_path_factory) -> str:
-    """A kernel module for the stack's norm group, as a run delivers it (claim line, code, footer)."""
-    work = tmp_path_factory.mktemp("extract")
-    shutil.copy(EXAMPLES / "layer_stack.py", work / "layer_stack.py")
-    proc = kevin("extract", "layer_stack.py", "--module", "layers.0.norm", "--device", "cpu", cwd=work)
-    assert proc.returncode == 0, proc.stderr
-    meta = extracted_from((work / "layer_stack_layers_norm.py").read_text())
-    env = envelope(meta, device="cpu", seed=0, verified=[s.key for s in meta.signatures], code=COUNTING_NORM)
-    claim = KernelClaim(speedup=2.0, device="cpu", device_name="cpu").model_dump_json()
-    return f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{COUNTING_NORM}{install_footer(env, COUNTING_NORM)}'
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
-
-
-def delivered(folder: Path, kernel_source: str, **settings) -> OptimizeSession:
-    """An optimize of ``folder/layer_stack.py`` whose one group's kernel was kept, delivered as
-    ``optimize`` delivers it (the measurement before it is not what is tested here)."""
-    model = folder / "layer_stack.py"
-    session = OptimizeSession.new(model, load_config({"device": "cpu", **settings}), modules=4, min_saving=0.02)
-    kernel = session.store.tasks / KERNEL
-    kernel.write_text(kernel_source)
-    record = session.record
-    record.groups = [GroupRun(name="layers.*.norm x3", members=[f"layers.{i}.norm" for i in range(3)],
-                              class_name="RowNorm", share=0.3, own_saving=0.15, state="kept", speedup=2.0,
-                              kernel_file=str(kernel), run_id="20261203-000000-layer-stack-norm-0000")]
-    record.measured, record.predicted, record.device_name = 1.1, 1.18, "cpu"
-    try:
-        delivering._deliver(session, load_model_file(model))
-    finally:
-        session.close()
-    return session
 
 
 def kernel_calls(folder: Path, module: str) -> int:
@@ -236,3 +194,31 @@ def test_resuming_a_delivered_optimize_commits_nothing_again(tmp_path, kernel_so
     assert git(repo, "log", "--format=%H") == before
     stored = json.loads(next((repo / ".kevin" / "runs").glob("opt-*/optimize.json")).read_text())
     assert stored["status"] == "delivered" and stored["commit"] == record.commit
+
+
+def test_a_kernel_module_in_the_way_is_refused_once_the_plan_names_it_and_nothing_is_recorded(tmp_path):
+    repo = git_init(tmp_path / "proj")
+    (repo / "layer_stack.py").write_bytes(ORIGINAL)
+    git(repo, "add", "layer_stack.py")
+    git(repo, "commit", "-qm", "my model")
+    (repo / "layer_stack_layers_act_kevin.py").write_text("# mine, untracked\n")
+    proc = kevin("optimize", "layer_stack.py", "--device", "cpu", "--backend", "scripted", "--responses",
+                 str(EXAMPLES / "layer_stack_responses"), "--headless", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "layer_stack_layers_act_kevin.py exists and git does not track it: pass --replace" in proc.stderr
+    assert "running turn" not in proc.stderr and not list(repo.glob(".kevin/runs/opt-*"))
+    assert json.loads(kevin("history", "--json", cwd=repo).stdout)["optimizes"] == []
+    assert (repo / "layer_stack_layers_act_kevin.py").read_text() == "# mine, untracked\n"
+
+
+def test_an_optimize_never_commits_into_kevin_opts_own_checkout():
+    status = git(REPO, "status", "--porcelain")
+    head = git(REPO, "rev-parse", "HEAD")
+    runs = set(REPO.glob(".kevin/runs/opt-*"))
+    # (--min-saving 0.9: were it not refused, it would stop at the plan, committing nothing)
+    proc = kevin("optimize", "examples/layer_stack.py", "--device", "cpu", "--backend", "scripted", "--responses",
+                 "examples/layer_stack_responses", "--min-saving", "0.9", "--headless", cwd=REPO)
+    assert proc.returncode == 1, proc.stderr
+    assert "is in kevin-opt's own checkout" in proc.stderr and "profiling" not in proc.stderr
+    assert git(REPO, "status", "--porcelain") == status and git(REPO, "rev-parse", "HEAD") == head
+    assert set(REPO.glob(".kevin/runs/opt-*")) == runs

@@ -145,7 +145,8 @@ def run(job: ModelJob, parent) -> E2ERun:
     runs = _rounds(timer, [call(on) for on in variants], loaded.inputs, warmup=s.warmup_runs, rounds=s.timed_runs)
     plain, installed = runs[0], runs[1]
     result.forward_ms, result.plain_ms = statistics.median(installed), statistics.median(plain)
-    result.speedup = statistics.median(ratios(plain, installed))
+    result.ratios = ratios(plain, installed)
+    result.speedup = statistics.median(result.ratios)
     for effect, without in zip(result.kernels, runs[2:]):
         effect.ratios = ratios(without, installed)
         effect.contribution = statistics.median(effect.ratios)

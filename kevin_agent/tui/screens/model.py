@@ -41,7 +41,9 @@ def whole_model_words(record: OptimizeRecord) -> str:
     """The whole model's speedup as it stands: measured against predicted once combined."""
     if record.measured is not None:
         predicted = f" (Amdahl predicts {record.predicted:.2f}x)" if record.predicted else ""
-        return f"whole model {record.measured:.2f}x measured{predicted}"
+        from ...optimize.report import speedup_words
+
+        return f"whole model {speedup_words(record.measured, record.measured_interval)} measured{predicted}"
     so_far = predicted_so_far(record)
     if so_far is not None:
         return f"whole model {so_far:.2f}x predicted so far (not measured yet)"
