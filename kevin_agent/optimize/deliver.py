@@ -5,8 +5,11 @@ change to the model file that installs them (``delivery.install``: ``get_model()
 KernelBench file's block), and the model report, in one commit of exactly those files.
 
 The consent rules are a run's: a target with uncommitted changes is never written (refused
-before the first run, and again before the writing), one git could not restore is overwritten
-only with ``--replace``, and ``--no-commit`` writes the files only.
+before the profile, and again before the writing), one git could not restore is overwritten
+only with ``--replace``, and ``--no-commit`` writes the files only. The model file itself is never
+lost (``delivery.original``): untracked in a repository, it is committed first as it was; where
+no commit can hold it, it stays untouched and the model with the kernels is written beside it.
+The kept kernels are kept or dropped on the whole model's one speedup, by its 95% interval.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from ..results.optimize import OptimizeRecord
 from .report import report_paths, speedup_words, write_model_report
 
 
-def targets(model_file: ModelFile, kernels: list[Path], model_target: Path | None = None) -> list[Path]:
-    """Every file the delivery writes: the kernel modules, the model with the kernels (the model
-    file, or the file beside it where the original is kept untouched), the report."""
-    return [*kernels, model_target or model_file.path, *report_paths(model_file.path)]
+def targets(model_file: ModelFile, kernels: list[Path], model_out: Path | None = None) -> list[Path]:
+    """Every file the delivery writes: the kernel modules, the model with the kernels (``model_out``:
+    the model file, or the file beside it where the original is kept untouched), the report."""
+    return [*kernels, model_out or model_file.path, *report_paths(model_file.path)]
 
 
 def where_the_model_goes(model_file: ModelFile, *, commit: bool, branch: str | None = None) -> ModelTarget:
@@ -119,8 +122,10 @@ def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
     if refused:
         return session._end("refused", ExitCode.NONE, "nothing written: " + "; ".join(refused))
     target = where_the_model_goes(model_file, commit=config.commit, branch=config.branch)
+    record.original = target.words(branch=config.branch)  # what the question says; the commit's sha follows
     if session.consent is not None and not session.consent(record, targets(model_file, beside, target.path)):
         record.notes.append("declined: nothing written, nothing committed; the kernels stay in the optimize's folder")
+        record.original = ""
         return session._end("nothing", ExitCode.NONE, "declined: nothing written")
     for g, path in zip(kept, beside):
         if Path(g.kernel_file).resolve() != path.resolve():
@@ -138,6 +143,7 @@ def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
         record.model_change = change.diff.replace(f"+++ b/{model_file.name}", f"+++ b/{target.path.name}", 1)
     else:
         target = target.model_copy(update={"path": model_file.path})  # nothing is written into it
+        record.original = ""
         if not change.done:
             record.notes.append(f"the model file is not changed ({change.why_not}); add by hand: "
                                 + "; ".join(change.usage()))

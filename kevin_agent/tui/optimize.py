@@ -200,7 +200,8 @@ class OptimizeApp(KevinApp):
         kept = record.kept
         lines = [whole_model_words(record), *(f"  {g.name}: {g.speedup:.2f}x on its task" for g in kept),
                  "writes: " + ", ".join(p.name for p in paths),
-                 "in one commit of exactly these files" if commit else "not committed (--no-commit)"]
+                 "in one commit of exactly these files" if commit else "not committed (--no-commit)",
+                 *([record.original] if record.original else [])]
         noun = f"{len(kept)} kernel{'s' if len(kept) != 1 else ''}"
         title = f"commit the {noun} into the model?" if commit else f"write the {noun} into the model?"
         self._say("the whole model ran with the kernels: deliver them?")
