@@ -143,7 +143,8 @@ def is_ignored(repo: git.Repo | None, path: Path) -> bool:
     if repo is None or repo.bare:
         return False
     try:
-        repo.git.check_ignore("-q", "--no-index", "--", relpaths(repo, [path])[0][0], env=LITERAL)
+        # (no GIT_LITERAL_PATHSPECS: check-ignore refuses it; it takes a path, never a glob, anyway)
+        repo.git.check_ignore("-q", "--no-index", "--", relpaths(repo, [path])[0][0])
     except (git.GitCommandError, IndexError):
         return False
     return True

@@ -118,6 +118,20 @@ def test_in_no_repository_the_original_stays_and_the_new_model_is_beside_it(tmp_
     assert "layer_stack_kevin_model.py beside it" in report
 
 
+def test_ignored_by_git_it_is_never_committed_and_stays_untouched(tmp_path, kernel_source):
+    repo = git_init(tmp_path / "proj")
+    (repo / ".gitignore").write_text("layer_stack.py\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore my model")
+    (repo / "layer_stack.py").write_bytes(ORIGINAL)
+    record = delivered(repo, kernel_source).record
+    assert record.status == "delivered" and record.original_commit is None, record.why
+    assert (repo / "layer_stack.py").read_bytes() == ORIGINAL
+    assert "layer_stack.py" not in git(repo, "show", "--name-only", "--format=", "HEAD").split()
+    assert "layer_stack_kevin_model.py" in git(repo, "show", "--name-only", "--format=", "HEAD").split()
+    assert "(git ignores it" in record.notes[-1]
+
+
 def test_tracked_and_clean_is_changed_in_place_in_one_commit(tmp_path, kernel_source):
     repo = git_init(tmp_path / "proj")
     (repo / "layer_stack.py").write_bytes(ORIGINAL)
