@@ -16,9 +16,11 @@ from pydantic import BaseModel, Field
 from .confirmation import ConfirmedSpeedup
 from .records import E2EResult, Record, schema_field
 
-OPTIMIZE_SCHEMA = 1
-"""The layout of ``optimize.json``."""
-OPTIMIZE_SCHEMAS_READ = frozenset({1})
+OPTIMIZE_SCHEMA = 2
+"""The layout of ``optimize.json``: 2 added how the model file was kept (``model_written``,
+``original``, ``original_commit``) and the whole model's ``measured_interval``; a record of 1 reads
+as one without them."""
+OPTIMIZE_SCHEMAS_READ = frozenset({1, 2})
 
 GroupState = Literal["queued", "extracting", "running", "verified", "kept", "dropped", "skipped", "failed",
                      "no kernel"]
