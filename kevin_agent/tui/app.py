@@ -77,6 +77,7 @@ class KevinApp(App[int]):
         run: RunSession | EngineFactory | None = None,
         *,
         runs_root: Path | None = None,
+        benches_root: Path | None = None,
         resume_factory: ResumeFactory | None = None,
         deliver_at_end: bool = True,
         exit_on_start_error: bool = False,
@@ -92,6 +93,7 @@ class KevinApp(App[int]):
         super().__init__()
         self.first_run = run
         self.runs_root = Path(runs_root) if runs_root is not None else None
+        self.benches_root = Path(benches_root) if benches_root is not None else None
         self.resume_factory = resume_factory or self._resume_from_store
         self.deliver_at_end = deliver_at_end
         # `kevin-opt FILE` that cannot start (bad task, no backend) ends like the headless command:
@@ -162,7 +164,9 @@ class KevinApp(App[int]):
 
     def action_open_history(self) -> None:
         if self.history_screen is None:
-            self.history_screen = HistoryScreen(self.history_root())
+            root = self.history_root()
+            # Benches sit beside the runs (.kevin/benches), unless told where.
+            self.history_screen = HistoryScreen(root, self.benches_root or root.parent / "benches")
             self.add_mode("history", lambda: self.history_screen)
         self.switch_mode("history")
         if self.history_screen.is_mounted:

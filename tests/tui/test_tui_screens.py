@@ -382,7 +382,7 @@ async def test_the_history_lists_cancelled_generations_where_they_happened(tmp_p
         await pilot.pause()
         turns = app.screen.query_one("#history-turns", OptionList)
         assert [str(o.prompt) for o in turns.options] == ["⊝ turn 1  cancelled", "✓ turn 1  1.25x"]
-        assert str(app.screen.query_one(DataTable).get_row_at(0)[2]) == "1/6"  # cancelled ones do not count
+        assert str(app.screen.query_one(DataTable).get_row_at(0)[3]) == "1/6"  # cancelled ones do not count
 
 
 # --- a turn in flight ---------------------------------------------------------------------------
@@ -491,7 +491,7 @@ async def test_history_shows_each_run_id_first_and_in_full(tmp_path, size):
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         table = app.screen.query_one(DataTable)
-        assert [str(c.label) for c in table.ordered_columns][:2] == ["run", "status"]
+        assert [str(c.label) for c in table.ordered_columns][:3] == ["id", "kind", "status"]
         lines = screen_lines(app)
         for run_id in ("20250102-090000-affine-0002", "20250101-120000-affine-0001"):
             assert any(line.startswith(f"│ {run_id}  ") for line in lines), lines
@@ -548,7 +548,7 @@ async def test_resume_is_offered_only_for_a_run_nobody_runs_that_is_unfinished(t
         await pilot.pause()
         history = app.screen
         table = history.query_one(DataTable)
-        assert [str(table.get_row_at(i)[1]) for i in range(3)] == ["live", "interrupted", "completed"]
+        assert [str(table.get_row_at(i)[2]) for i in range(3)] == ["live", "interrupted", "completed"]
         # The live run: no resume offered; asking anyway says who runs it.
         assert history.run_id == "20250103-080000-affine-0003" and "r" not in offered_keys(app)
         await pilot.press("r")
