@@ -286,7 +286,7 @@ class HistoryScreen(Screen):
         # What the table leaves out, most useful first; what does not fit is left out whole.
         header.set_lines([
             title, (info.run_id, "bold", len(info.run_id)), (status, RUN_STYLES.get(info.status, ""), len(status)),
-            (f"best {best_speedup(info, records)}", "", 0), counts, (delivery, "", 0),
+            (f"best {best_speedup(info, records)}", "", 0), (delivery, "", 0), counts,
             (f"commit {commit[:10]}" if commit and not delivery else "", "", 0),
             (f"started {run_date(info)}", "", 0), (f"{info.device} {info.device_name}".strip(), "", 0),
             (info.task.path, "$text-muted", 0), (info.model, "$text-secondary", 0),
