@@ -613,6 +613,31 @@ async def test_a_burst_of_arrows_in_the_history_settles_on_the_row_the_cursor_re
         assert table.cursor_row == 4
 
 
+async def test_a_burst_of_arrows_on_the_run_screen_draws_the_turn_the_cursor_rests_on_once(tmp_path):
+    """A held arrow over the run's turns: the output and feedback panes are drawn for the turn the
+    cursor rests on, once per burst, not once per key (each drawing lays out a whole kernel and
+    its feedback: per key, a burst kept the app busy for seconds)."""
+    app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await run_screen(app, pilot, run_events())
+        turns = screen.query_one(TurnList)
+        turns.focus()
+        await pilot.pause()
+        drawn: list = []
+        output, feedback = screen.query_one(ModelOutput), screen.query_one(FeedbackView)
+        show_record, show = output.show_record, feedback.show
+        output.show_record = lambda record: (drawn.append((record.trajectory, record.turn)), show_record(record))
+        feedback.show = lambda record, **kw: (drawn.append("feedback"), show(record, **kw))
+        assert turns.highlighted_key == (0, 3)  # the run is over: its winner is shown
+        for keys, resting in ((["down"] * 3, (1, 3)), (["up", "down"] * 6 + ["up", "up"], (1, 1)), (["up"], (0, 3))):
+            drawn.clear()
+            burst(app, *keys)
+            await wait_for(pilot, lambda: turns.highlighted_key == resting, 10, "the cursor")
+            await pilot.pause(0.2)
+            assert screen.pinned == resting
+            assert drawn == [resting, "feedback"], drawn  # the resting turn, once
+
+
 async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):
     """`l` shows which turn continued which: the winner's path starred, the selected turn bracketed."""
     root = tmp_path / "runs"

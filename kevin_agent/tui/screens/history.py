@@ -331,7 +331,10 @@ class HistoryScreen(Screen):
 
     # --- turns ------------------------------------------------------------------------------
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        key: Key | None = self.query_one("#history-turns", TurnList).highlighted_key
+        turns = self.query_one("#history-turns", TurnList)
+        if event.option_index != turns.highlighted:
+            return  # left already in a burst of keys: the turn the cursor rests on is drawn, once
+        key: Key | None = turns.highlighted_key
         if key is None or self.run_id is None:
             return
         self.show_turn(self.turns.record(key))

@@ -375,7 +375,13 @@ class RunScreen(Screen):
 
     # --- the person's choices -------------------------------------------------------------
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        key = self.query_one(TurnList).highlighted_key
+        turns = self.query_one(TurnList)
+        # A held arrow highlights turns faster than a turn is drawn: a highlight the cursor has
+        # already left is dropped (a later one is queued behind it), so a burst of keys draws the
+        # turn the cursor rests on, once, as the history's lists do.
+        if event.option_index != turns.highlighted:
+            return
+        key = turns.highlighted_key
         if key is None:
             return
         if self.state.record(key) is not None:
