@@ -245,7 +245,8 @@ class OptimizeApp(KevinApp):
         words = {"delivered": record.notes[-1] if record.notes else "delivered",
                  "written": record.notes[-1] if record.notes else "written",
                  "interrupted": f"interrupted: continue with kevin-opt resume {record.optimize_id}"}
-        text = words.get(record.status, f"{record.status}: {record.why}" if record.why else record.status)
+        said = record.why and record.why != record.status
+        text = words.get(record.status, f"{record.status}: {record.why}" if said else record.status)
         self._say(text + " (q quits)", ENDINGS.get(record.status, "$text-muted"))
 
     # --- quitting and signals -----------------------------------------------------------------

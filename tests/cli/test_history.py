@@ -72,3 +72,16 @@ def test_a_folder_holding_only_a_bench_lists_the_bench_and_an_empty_one_says_so(
     empty = tmp_path / "empty"
     out = history(capsys, "--plain", "--run-dir", str(empty), "--bench-dir", str(empty))
     assert out == f"no runs, optimizes or benches in {empty}\n"
+
+
+def test_an_interrupted_optimize_says_interrupted_once(tmp_path, capsys):
+    from kevin_agent.store import OptimizeStore
+
+    runs, _ = every_kind(tmp_path)
+    store = OptimizeStore.open(runs, OPTIMIZE_ID)
+    store.record.status, store.record.why, store.record.commit = "interrupted", "interrupted", None
+    store.save()
+    out = history(capsys, "--plain", "--run-dir", str(runs))
+    assert "interrupted: interrupted" not in out
+    assert main(["show", OPTIMIZE_ID, "--run-dir", str(runs)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"optimize {OPTIMIZE_ID}  interrupted"
