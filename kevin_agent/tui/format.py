@@ -10,6 +10,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from pygments.token import Token
@@ -284,7 +285,10 @@ def answer_text(record: TurnRecord) -> str:
     return text.strip()
 
 
+@lru_cache(maxsize=64)
 def kernel_content(code: str) -> Content:
+    """The kernel, highlighted: once per kernel (a long one takes a good part of a second, and the
+    panes show the same kernel again on each event and each visit); Content is immutable."""
     return highlight(code, language="python") if code.strip() else Content.styled("(no kernel)", "$text-muted")
 
 

@@ -24,7 +24,7 @@ from kevin_agent.events import (
 from kevin_agent.results import Stage, StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
-from kevin_agent.tui.format import MARKS
+from kevin_agent.tui.format import MARKS, kernel_content
 from kevin_agent.tui.messages import message_for
 from kevin_agent.tui.screens.dialogs import ConfirmScreen, HelpScreen, commit_summary, key_rows
 from kevin_agent.tui.screens.history import TABS, HistoryScreen
@@ -636,6 +636,9 @@ async def test_a_burst_of_arrows_on_the_run_screen_draws_the_turn_the_cursor_res
             await pilot.pause(0.2)
             assert screen.pinned == resting
             assert drawn == [resting, "feedback"], drawn  # the resting turn, once
+        # A kernel is highlighted once however often it is shown (a long one takes most of a second).
+        code = screen.state.record((0, 3)).code
+        assert kernel_content(code) is kernel_content(code)
 
 
 async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):
