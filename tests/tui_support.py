@@ -244,3 +244,49 @@ def screen_lines(app) -> list[str]:
 def offered_keys(app) -> set[str]:
     """Keys the footer offers on the current screen."""
     return {key for key, active in app.screen.active_bindings.items() if active.binding.show and active.enabled}
+
+
+OPTIMIZE_ID = "opt-20250104-100000-layer-stack-0001"
+BENCH_ID = "bench-20250105-000000-tasks-abcd"
+GROUP_RUN = "20250102-090000-affine-0002"
+"""build_store's second run, made by the optimize of ``every_kind`` (which kept its kernel)."""
+DAMAGED_RUN = "20250106-000000-affine-0009"
+
+
+def every_kind(root: Path) -> tuple[Path, Path]:
+    """A runs root holding every kind of record (build_store's two runs, the second one made by an
+    optimize that committed its kernel; the optimize; a run whose run.json is damaged) and a
+    benches root beside it with one bench: ``(runs root, benches root)``."""
+    import json
+
+    from kevin_agent.bench.store import BenchStore
+    from kevin_agent.results.bench import BenchInfo, BenchTask, TaskResult
+    from kevin_agent.results.optimize import GroupRun, OptimizeRecord
+    from kevin_agent.store import OptimizeStore
+
+    runs = build_store(root / "runs")
+    group = RunStore.open(runs, GROUP_RUN)
+    group.update_info(delivery="written, not committed (--no-commit)")  # what a group's run records
+    record = OptimizeRecord(
+        optimize_id=OPTIMIZE_ID, model_file=str(root / "layer_stack.py"), created_at="2025-01-04T10:00:00+00:00",
+        status="delivered", device="cpu", device_name="Test CPU", modules=4, min_saving=0.02, measured=1.31,
+        predicted=1.4, commit="3d405aa17a5c0ffee", groups=[
+            GroupRun(name="layers.*.act x3", members=["layers.0.act"], class_name="QuickGELU", share=0.38,
+                     own_saving=0.3, state="kept", run_id=GROUP_RUN, speedup=2.0, turns=4, turn=2),
+            GroupRun(name="head", members=["head"], class_name="Head", share=0.08, own_saving=0.05,
+                     state="dropped", why="slower in the whole model")])
+    OptimizeStore.create(runs, record).release()
+    damaged = RunStore.create(runs, fixed_info(DAMAGED_RUN, status="completed", created_at="2025-01-06T00:00:00+00:00"))
+    damaged.release()
+    data = json.loads((damaged.dir / "run.json").read_text())
+    del data["task"]  # hand-edited, or written by a broken tool
+    (damaged.dir / "run.json").write_text(json.dumps(data))
+    benches = root / "benches"
+    task = BenchTask(task_id="tasks/softmax", path=str(root / "tasks" / "softmax.py"))
+    info = BenchInfo(bench_id=BENCH_ID, created_at="2025-01-05T00:00:00+00:00", paths=["tasks"], tasks=[task],
+                     device="cpu", backend="scripted", model="scripted", trajectories=1, turns=1)
+    bench = BenchStore.create(benches, info)
+    bench.record(TaskResult(task_id=task.task_id, path=task.path, status="failed", error="no Model"))
+    bench.update_info(status="completed")
+    bench.release()
+    return runs, benches

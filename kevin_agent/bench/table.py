@@ -8,7 +8,7 @@ import csv
 import io
 from pathlib import Path
 
-from ..formatting import fmt_seconds, fmt_speedup
+from ..formatting import counted, fmt_seconds, fmt_speedup
 from ..results.bench import FAST_P, BenchTable, Metrics, TaskResult
 from ..results.records import to_json
 from ..results.scoring import metrics, p_key
@@ -109,7 +109,8 @@ def render_markdown(table: BenchTable) -> str:
     lines = [f"# Bench {table.bench_id}", "",
              f"{table.tasks_done}/{table.tasks_total} tasks, {table.status}; {table.backend} / {table.model} on "
              f"{table.device}{f' ({table.device_name})' if table.device_name else ''}, "
-             f"{table.trajectories or 'default'} trajectories x {table.turns} turns, {table.where}; "
+             f"{counted(table.trajectories, 'trajectory', 'trajectories') if table.trajectories else 'default trajectories'}"
+             f" x {counted(table.turns, 'turn')}, {table.where}; "
              f"{fmt_seconds(table.wall_s)}.", ""]
     if table.pending:
         lines += [f"Not finished: {', '.join(table.pending)} (`kevin-opt resume {table.bench_id}`).", ""]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import events as ev
-from ..formatting import fmt_clock, fmt_speedup
+from ..formatting import counted, fmt_clock, fmt_speedup
 from ..results.bench import TaskResult
 from .progress import every_second, turn_line
 
@@ -71,7 +71,7 @@ def result_words(result: TaskResult) -> str:
     confirmed = " confirmed" if result.confirmed else ""
     per = sum(1 for t in result.trajectories if t.correct)
     return (f"correct {fmt_speedup(result.speedup)}{confirmed} (first correct at turn {result.first_correct_turn}, "
-            f"{per}/{len(result.trajectories)} trajectories)")
+            f"{per}/{counted(len(result.trajectories), 'trajectory', 'trajectories')})")
 
 
 class BenchPrinter:

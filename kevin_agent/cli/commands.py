@@ -14,13 +14,12 @@ from ..formatting import (best_words, confirmed_line, counted, fmt_launched, fmt
                          fmt_signatures, fmt_speedup, marked_speedup, ncu_lines, second_look, stage_times)
 from ..registry import Registry
 from ..results import Status
-from ..results.history import HistoryEntry, HistoryRecord
 from ..results.records import CheckRecord, to_json
 from ..results.lineage import tree_lines
 from ..results.winner import best_of_run, confirmed_turns
-from ..store import RunStore, default_runs_root, effective_status, list_runs
+from ..store import RunStore, default_runs_root, effective_status
 from .progress import ProgressPrinter, turn_error, turn_line
-from .stored import KINDS, kind_of
+from .stored import KINDS, damaged_lines, kind_of, run_lines
 
 
 
@@ -171,33 +170,27 @@ def cmd_check(args, registry: Registry) -> int:
 
 # --- history / show ------------------------------------------------------------------------------
 def cmd_history(args, registry: Registry) -> int:
+    from ..history import gather
+    from .bench_commands import benches_root
+
     root = args.run_dir or default_runs_root()
     if interactive(args) and not args.plain and not args.json_out:
         from ..tui import history_tui
 
-        return history_tui(root, registry)
-    runs = list_runs(root)
-    others = {kind.json_field: kind.entries(args) for kind in KINDS}
+        return history_tui(root, registry, benches_root(args))
+    stored = gather(root, benches_root(args))
+    record = stored.record()
     if args.json_out:
-        print(to_json(HistoryRecord(runs=[
-            HistoryEntry(run_id=i.run_id, task=i.task.name, created_at=i.created_at, status=i.status,
-                         turns_done=len(r), best_speedup=i.best.speedup if i.best else None,
-                         best_confirmed=bool(i.best and i.best.confirmation), commit=i.commit, delivery=i.delivery)
-            for i, r in runs], **others)), end="")
+        print(to_json(record), end="")
         return ExitCode.OK
-    for kind in KINDS:
-        if lines := kind.lines(others[kind.json_field]):
-            print("\n".join(lines) + "\n")
-    if not runs:
-        print(f"no runs in {root}")
+    if stored.empty:
+        print(stored.nothing_words())
         return ExitCode.OK
     # BEST holds confirmed medians and turns' own numbers: each value says which it is.
-    print(f"{'RUN':<40} {'TASK':<16} {'STARTED':<20} {'STATUS':<14} {'TURNS':>7} {'BEST':<17}  DELIVERY")
-    for info, records in runs:
-        total = info.turns * info.trajectories
-        best = marked_speedup(*best_of_run(info, records))
-        print(f"{info.run_id:<40} {info.task.name[:16]:<16} {info.created_at[:19]:<20} {info.status:<14} "
-              f"{len(records):>3}/{total:<3} {best:<17}  {info.delivery or '-'}")
+    best = {info.run_id: marked_speedup(*best_of_run(info, records)) for info, records in stored.runs}
+    blocks = [*(kind.lines(getattr(record, kind.json_field)) for kind in KINDS), run_lines(record.runs, best),
+              damaged_lines(record.damaged)]
+    print("\n\n".join("\n".join(lines) for lines in blocks if lines))
     return ExitCode.OK
 
 

@@ -52,7 +52,10 @@ class OptimizeLines:
             print(line, file=self.stream, flush=True)
 
     def group_changed(self, record: OptimizeRecord, group: GroupRun) -> None:
-        words = group.state_words() + (f" (run {group.run_id})" if group.run_id else "")
+        # A running group's run is named by the run's own first line (its id is known only once
+        # it opens): "running turn 1/3" is said once, not again when the id arrives.
+        named = group.run_id and group.state != "running"
+        words = group.state_words() + (f" (run {group.run_id})" if named else "")
         if self._said.get(group.name) != words:
             self._said[group.name] = words
             index = record.groups.index(group) + 1

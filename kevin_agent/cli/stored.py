@@ -9,10 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pydantic import BaseModel
-
 from ..formatting import fmt_speedup
-from ..results.history import BenchEntry, OptimizeEntry
+from ..results.history import BenchEntry, DamagedEntry, HistoryEntry, OptimizeEntry
 
 
 @dataclass(frozen=True)
@@ -23,7 +21,6 @@ class StoredKind:
     owns: Callable[[str, object], bool]
     show: Callable[[object], int]
     resume: Callable[[object, object], int]
-    entries: Callable[[object], list[BaseModel]]
     lines: Callable[[list], list[str]]
 
 
@@ -50,36 +47,26 @@ def _resume_bench(args, registry) -> int:
     return cmd_resume_bench(args, registry)
 
 
-def _bench_entries(args) -> list[BenchEntry]:
-    from ..bench import list_benches
+def table_lines(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns as wide as their widest cell (ids are of any length); a head ending in ``>`` is
+    right-aligned, and the last column is left ragged."""
+    if not rows:
+        return []
+    right = [h.endswith(">") for h in head]
+    head = [h.rstrip(">") for h in head]
+    widths = [max(len(c) for c in column) for column in zip(head, *rows)]
 
-    out = []
-    for store in list_benches(_bench_root(args)):
-        results = store.results().values()
-        best = [r.speedup for r in results if r.correct and r.speedup]
-        out.append(BenchEntry(
-            bench_id=store.info.bench_id, created_at=store.info.created_at, status=store.status(),
-            tasks=len(store.info.tasks), tasks_done=len(results), correct=sum(1 for r in results if r.correct),
-            failed=sum(1 for r in results if r.status == "failed"), where=store.info.where,
-            backend=store.info.backend, model=store.info.model,
-            mean_speedup=sum(best) / len(results) if results else None))
-    return out
+    def line(cells: list[str]) -> str:
+        out = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells[:-1], widths, right)]
+        return "  ".join([*out, cells[-1]]).rstrip()
+
+    return [line(head), *(line(row) for row in rows)]
 
 
 def _bench_lines(entries: list[BenchEntry]) -> list[str]:
-    if not entries:
-        return []
-    lines = [f"{'BENCH':<48} {'STARTED':<20} {'STATUS':<12} {'TASKS':>7} {'CORRECT':>7} {'MEAN':>7}  WHERE"]
-    for e in entries:
-        lines.append(f"{e.bench_id:<48} {e.created_at[:19]:<20} {e.status:<12} {e.tasks_done:>3}/{e.tasks:<3} "
-                     f"{e.correct:>7} {fmt_speedup(e.mean_speedup):>7}  {e.where}")
-    return lines
-
-
-def _runs_root(args) -> Path:
-    from ..store import default_runs_root
-
-    return args.run_dir or default_runs_root()
+    return table_lines(["BENCH", "STARTED", "STATUS", "TASKS>", "CORRECT>", "MEAN>", "WHERE"], [
+        [e.bench_id, e.created_at[:19].replace("T", " "), e.status, f"{e.tasks_done}/{e.tasks}", str(e.correct),
+         fmt_speedup(e.mean_speedup), e.where] for e in entries])
 
 
 def _owns_optimize(ident: str, args) -> bool:
@@ -101,32 +88,29 @@ def _resume_optimize(args, registry) -> int:
     return cmd_resume_optimize(args, registry)
 
 
-def _optimize_entries(args) -> list[OptimizeEntry]:
-    from ..store import list_optimizes
-
-    return [OptimizeEntry(optimize_id=o.optimize_id, model=Path(o.model_file).name, created_at=o.created_at,
-                          status=o.status, groups=len(o.groups), kept=len(o.kept), measured=o.measured,
-                          predicted=o.predicted, commit=o.commit,
-                          run_ids=[g.run_id for g in o.groups if g.run_id])
-            for o in list_optimizes(_runs_root(args))]
-
-
 def _optimize_lines(entries: list[OptimizeEntry]) -> list[str]:
-    if not entries:
-        return []
-    lines = [f"{'OPTIMIZE':<44} {'MODEL':<16} {'STARTED':<20} {'STATUS':<12} {'KEPT':>6} {'WHOLE MODEL':<22}  COMMIT"]
-    for e in entries:
-        whole = f"{e.measured:.2f}x (Amdahl {e.predicted:.2f}x)" if e.measured and e.predicted else "-"
-        lines.append(f"{e.optimize_id:<44} {e.model[:16]:<16} {e.created_at[:19]:<20} {e.status:<12} "
-                     f"{f'{e.kept}/{e.groups}':>6} {whole:<22}  {(e.commit or '-')[:10]}")
-    return lines
+    return table_lines(["OPTIMIZE", "MODEL", "STARTED", "STATUS", "KEPT>", "WHOLE MODEL", "COMMIT"], [
+        [e.optimize_id, e.model, e.created_at[:19].replace("T", " "), e.status, f"{e.kept}/{e.groups}",
+         f"{e.measured:.2f}x (Amdahl {e.predicted:.2f}x)" if e.measured and e.predicted else "-",
+         (e.commit or "-")[:10]] for e in entries])
+
+
+def run_lines(entries: list[HistoryEntry], best: dict[str, str]) -> list[str]:
+    """The runs' table; ``best``: each run's best, marked confirmed or a turn's own."""
+    return table_lines(["RUN", "TASK", "STARTED", "STATUS", "TURNS>", "BEST", "DELIVERY"], [
+        [e.run_id, e.task, e.created_at[:19].replace("T", " "), e.status, f"{e.turns_done}/{e.turns_total}",
+         best[e.run_id], e.delivery or "-"] for e in entries])
+
+
+def damaged_lines(entries: list[DamagedEntry]) -> list[str]:
+    return table_lines(["DAMAGED", "KIND", "WHY"], [[e.id, e.kind, e.why] for e in entries])
 
 
 OPTIMIZES = StoredKind(name="optimize", json_field="optimizes", owns=_owns_optimize, show=_show_optimize,
-                       resume=_resume_optimize, entries=_optimize_entries, lines=_optimize_lines)
+                       resume=_resume_optimize, lines=_optimize_lines)
 
 BENCHES = StoredKind(name="bench", json_field="benches", owns=_owns_bench, show=_show_bench, resume=_resume_bench,
-                     entries=_bench_entries, lines=_bench_lines)
+                     lines=_bench_lines)
 
 KINDS: list[StoredKind] = [OPTIMIZES, BENCHES]
 

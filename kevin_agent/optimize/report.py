@@ -158,7 +158,8 @@ def delivered_words(record: OptimizeRecord) -> str | None:
 
 def summary_lines(record: OptimizeRecord) -> list[str]:
     """How an optimize stands, for ``show`` and the end of ``optimize``."""
-    lines = [f"optimize {record.optimize_id}  {record.status}" + (f": {record.why}" if record.why else ""),
+    why = f": {record.why}" if record.why and record.why != record.status else ""  # never "interrupted: interrupted"
+    lines = [f"optimize {record.optimize_id}  {record.status}{why}",
              f"model {record.model_file} on {record.device}" + (f" ({record.device_name})" if record.device_name else "")]
     for i, g in enumerate(record.groups, start=1):
         speed = ""

@@ -14,10 +14,25 @@ class HistoryEntry(BaseModel):
     created_at: str
     status: str
     turns_done: int
+    turns_total: int = 0
+    """Turns x trajectories, as the run was started."""
     best_speedup: float | None = None
     best_confirmed: bool = False
     commit: str | None = None
+    """The commit holding the run's kernel: its own, or that of the optimize that made it and kept it."""
     delivery: str | None = None
+    optimize_id: str | None = None
+    """The optimize that made the run (its kernel is delivered in the optimize's one commit)."""
+
+
+class DamagedEntry(BaseModel):
+    """A stored record that could not be read (damaged, or of a newer kevin-opt's layout), and why."""
+
+    id: str
+    kind: str
+    """run | optimize"""
+    path: str
+    why: str
 
 
 class OptimizeEntry(BaseModel):
@@ -53,9 +68,11 @@ class BenchEntry(BaseModel):
 
 
 class HistoryRecord(Record):
-    """``kevin-opt history --json``: the stored runs, optimizes and benches."""
+    """``kevin-opt history --json``: the stored runs, optimizes and benches, and the damaged ones."""
 
     kind: Literal["history"] = "history"
     runs: list[HistoryEntry]
     optimizes: list[OptimizeEntry] = Field(default_factory=list)
     benches: list[BenchEntry] = Field(default_factory=list)
+    damaged: list[DamagedEntry] = Field(default_factory=list)
+    """What could not be read, listed rather than left out."""

@@ -77,7 +77,7 @@ class GroupRun(BaseModel):
             return f"running turn {min(self.turn + 1, self.turns or self.turn + 1)}/{self.turns or '?'}"
         if self.state in ("verified", "kept") and self.speedup is not None:
             return f"{self.state} {self.speedup:.2f}x"
-        return f"{self.state}: {self.why}" if self.why else self.state
+        return f"{self.state}: {self.why}" if self.why and self.why != self.state else self.state
 
 
 OptimizeStatus = Literal["running", "interrupted", "nothing", "delivered", "written", "refused", "failed"]

@@ -5,6 +5,7 @@ it, and every front end that reads it back; it imports the result records and no
 from .lock import LOCK_FILE, RunLock, lock_owner
 from .optimizes import OptimizeStore, effective_optimize_status, list_optimizes, new_optimize_id
 from .runs import (
+                   Damaged,
                    RunStore,
                    default_runs_root,
                    effective_status,
@@ -16,6 +17,6 @@ from .runs import (
                    write_atomic,
 )
 
-__all__ = ["LOCK_FILE", "OptimizeStore", "RunLock", "RunStore", "default_runs_root", "effective_optimize_status",
+__all__ = ["Damaged", "LOCK_FILE", "OptimizeStore", "RunLock", "RunStore", "default_runs_root", "effective_optimize_status",
            "effective_status", "list_optimizes", "list_runs", "lock_owner", "new_optimize_id",
            "new_run_id", "now_iso", "read_info", "read_records", "write_atomic"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import RunNotFound, RunUnreadable
 from ..results.optimize import OPTIMIZE_SCHEMAS_READ, OptimizeRecord
 from .lock import RunLock, lock_owner
-from .runs import write_atomic, new_run_id, now_iso
+from .runs import Damaged, damage, new_run_id, now_iso, why_damaged, write_atomic
 
 OPTIMIZE_JSON = "optimize.json"
 PROFILE_JSON = "profile.json"
@@ -84,7 +84,7 @@ def read_record(folder: Path) -> OptimizeRecord:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RunNotFound(f"{path} is unreadable ({exc.__class__.__name__})",
+        raise RunNotFound(f"{path} is unreadable: {damage(exc)}",
                           "the optimize's folder is damaged; start a new optimize") from None
     schema = data.get("schema", 1) if isinstance(data, dict) else 1
     if schema not in OPTIMIZE_SCHEMAS_READ:
@@ -94,7 +94,7 @@ def read_record(folder: Path) -> OptimizeRecord:
     try:
         return OptimizeRecord.model_validate(data)
     except ValueError as exc:
-        raise RunNotFound(f"{path} is unreadable ({exc.__class__.__name__})",
+        raise RunNotFound(f"{path} is unreadable: {damage(exc)}",
                           "the optimize's folder is damaged; start a new optimize") from None
 
 
@@ -106,8 +106,9 @@ def effective_optimize_status(record: OptimizeRecord, folder: Path) -> str:
     return "interrupted" if record.status == "running" else record.status
 
 
-def list_optimizes(root: Path) -> list[OptimizeRecord]:
-    """The optimizes under ``root``, newest first, each with its status as it is now; damaged ones skipped."""
+def list_optimizes(root: Path, damaged: list[Damaged] | None = None) -> list[OptimizeRecord]:
+    """The optimizes under ``root``, newest first, each with its status as it is now; one that
+    cannot be read is left out, and told in ``damaged`` with why."""
     if not root.is_dir():
         return []
     found = []
@@ -116,7 +117,9 @@ def list_optimizes(root: Path) -> list[OptimizeRecord]:
             continue
         try:
             record = read_record(folder)
-        except (RunNotFound, RunUnreadable):
+        except (RunNotFound, RunUnreadable) as exc:
+            if damaged is not None:
+                damaged.append(Damaged(folder.name, "optimize", folder, why_damaged(exc, folder)))
             continue
         record.status = effective_optimize_status(record, folder)
         found.append(record)

@@ -20,6 +20,7 @@ import secrets
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
@@ -163,13 +164,29 @@ class RunStore:
         return None
 
 
+def damage(exc: BaseException) -> str:
+    """What is wrong with a file that could not be read, in words (for a person, not a traceback)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        return f"{where}: {first['msg'].lower()}{more}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    if isinstance(exc, OSError):
+        return exc.strerror or exc.__class__.__name__
+    return str(exc) or exc.__class__.__name__
+
+
 def read_info(run_dir: Path) -> RunInfo:
     path = run_dir / RUN_JSON
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return RunInfo.model_validate(_readable(data, path))
     except (OSError, ValueError) as exc:  # ValidationError is a ValueError
-        raise RunNotFound(f"{path} is unreadable ({exc.__class__.__name__})",
+        raise RunNotFound(f"{path} is unreadable: {damage(exc)}",
                           "the run directory is damaged; start a new run") from None
 
 
@@ -185,23 +202,30 @@ def _readable(data, path: Path, line: int | None = None):
     return data
 
 
-def read_records(run_dir: Path, *, finished_only: bool = True) -> list[TurnRecord]:
-    """The run's turns: by default the finished ones, the first line per (trajectory, turn)."""
+def read_records(run_dir: Path, *, finished_only: bool = True, strict: bool = False) -> list[TurnRecord]:
+    """The run's turns: by default the finished ones, the first line per (trajectory, turn).
+    ``strict``: a line that is not a turn record anywhere but last (where a killed write leaves
+    one) raises ``RunNotFound`` saying which and why, instead of being passed over."""
     path = run_dir / TURNS_JSONL
     if not path.exists():
         return []
     records: list[TurnRecord] = []
     seen: set[tuple[int, int]] = set()
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError) as exc:
+        raise RunNotFound(f"{path} is unreadable: {damage(exc)}",
+                          "the run directory is damaged; start a new run") from None
+    last = max((n for n, raw in enumerate(lines, 1) if raw.strip()), default=0)
+    for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a torn final write, as below
-        try:
-            rec = TurnRecord.model_validate(_readable(data, path, number))
-        except ValidationError:
+            rec = TurnRecord.model_validate(_readable(json.loads(raw), path, number))
+        except ValueError as exc:  # not JSON, or not a turn (ValidationError is a ValueError)
+            if strict and number != last:
+                raise RunNotFound(f"{path}, line {number}, is not a turn record: {damage(exc)}",
+                                  "the run directory is damaged; start a new run") from None
             # Only a torn final write can produce this; the turn is redone on resume.
             continue
         if not finished_only:
@@ -225,18 +249,38 @@ def effective_status(info: RunInfo, run_dir: Path) -> str:
     return "interrupted" if info.status == "running" else info.status
 
 
-def list_runs(root: Path) -> list[tuple[RunInfo, list[TurnRecord]]]:
+class Damaged(NamedTuple):
+    """A stored record that could not be read: which folder, what kind, and why."""
+
+    name: str
+    kind: str
+    """run | optimize | bench"""
+    path: Path
+    why: str
+
+
+def why_damaged(exc: RunNotFound | RunUnreadable, folder: Path) -> str:
+    """The error's message, its paths said from inside ``folder`` (a listing names the folder)."""
+    return exc.message.replace(f"{folder}{os.sep}", "")
+
+
+def list_runs(root: Path, damaged: list[Damaged] | None = None) -> list[tuple[RunInfo, list[TurnRecord]]]:
     """Runs under ``root``, newest first, each with ``status`` as ``effective_status`` has it and
-    ``best`` as it stands; damaged ones are skipped."""
+    ``best`` as it stands. A run whose run.json or turns.jsonl cannot be read (damaged, or of
+    another version's layout) is left out, and told in ``damaged`` with why."""
     if not root.is_dir():
         return []
     runs = []
     for run_dir in root.iterdir():
         if not (run_dir / RUN_JSON).is_file():
+            if (run_dir / TURNS_JSONL).is_file() and damaged is not None:
+                damaged.append(Damaged(run_dir.name, "run", run_dir, f"{RUN_JSON} is missing"))
             continue
         try:
-            info, records = read_info(run_dir), read_records(run_dir)
-        except (RunNotFound, RunUnreadable):  # damaged, or another version's
+            info, records = read_info(run_dir), read_records(run_dir, strict=True)
+        except (RunNotFound, RunUnreadable) as exc:  # damaged, or another version's
+            if damaged is not None:
+                damaged.append(Damaged(run_dir.name, "run", run_dir, why_damaged(exc, run_dir)))
             continue
         recorded, info.status = info.status, effective_status(info, run_dir)
         if "running" in (recorded, info.status) or (info.best is None and info.confirmation is None):

@@ -26,9 +26,10 @@ def run_tui(session: RunSession, *, runs_root: Path | None, outputs: finish.Outp
     return _close(app, outputs, registry)
 
 
-def history_tui(runs_root: Path, registry: Registry) -> int:
-    """Browse stored runs; a run resumed from here runs in the same window and ends the same way."""
-    app = KevinApp(runs_root=runs_root, handle_signals=True)
+def history_tui(runs_root: Path, registry: Registry, benches_root: Path | None = None) -> int:
+    """Browse what is stored (runs, optimizes, benches); a run resumed from here runs in the same
+    window and ends the same way."""
+    app = KevinApp(runs_root=runs_root, benches_root=benches_root, handle_signals=True)
     app.run()
     return _close(app, finish.Outputs(), registry)
 

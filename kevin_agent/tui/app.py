@@ -5,8 +5,9 @@ messages) and is steered through its thread-safe ``request_stop`` / ``cancel_gen
 ``abort``. Every worker failure lands in ``on_worker_state_changed``. The run's steps (open,
 drive, plan, deliver) are its ``RunSession``'s, each called from a worker; how a run ends
 (delivery plan, success rule, wording, exit code) is ``finish``'s: the app decides when to
-deliver (it asks first) and its session collects the ``Ending``. SIGTERM, SIGHUP and an
-outside SIGINT arrive through the event loop and end the run as they do headless.
+deliver (it asks first: ``delivering``) and its session collects the ``Ending``. SIGTERM, SIGHUP
+and an outside SIGINT arrive through the event loop and end the run as they do headless; they and
+``q`` are ``quitting``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
-from textual.content import Content
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.worker import Worker, WorkerState
@@ -29,7 +29,6 @@ from ..errors import KevinError, RunLocked
 from ..formatting import confirmed_line
 from ..protocols import EventSink
 from ..run import finish
-from ..run.interrupts import kill_run_processes, signal_name
 from ..run.session import RunSession
 from ..store import default_runs_root, lock_owner
 from .messages import (
@@ -46,14 +45,16 @@ from .messages import (
     TurnFinishedMessage,
     TurnStartedMessage,
 )
+from .delivering import Delivering
 from .notices import Notices
-from .screens.dialogs import ConfirmScreen, ErrorScreen, HelpScreen, commit_summary
+from .screens.dialogs import ErrorScreen, HelpScreen
 from .screens.history import FINISHED, HistoryScreen
-from .screens.run import REASONS, RunScreen
+from .screens.run import RunScreen
+from .quitting import Quitting
 from .signals import AppSignals
 
 if TYPE_CHECKING:
-    from ..delivery import Delivery, DeliveryPlan
+    from ..delivery import Delivery
     from ..engine.loop import Engine, RunOutcome
 
 EngineFactory = Callable[[EventSink], "Engine"]
@@ -61,7 +62,7 @@ EngineFactory = Callable[[EventSink], "Engine"]
 ResumeFactory = Callable[[str, EventSink], "Engine"]
 
 
-class KevinApp(App[int]):
+class KevinApp(Delivering, Quitting, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "kevin-opt"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -77,6 +78,7 @@ class KevinApp(App[int]):
         run: RunSession | EngineFactory | None = None,
         *,
         runs_root: Path | None = None,
+        benches_root: Path | None = None,
         resume_factory: ResumeFactory | None = None,
         deliver_at_end: bool = True,
         exit_on_start_error: bool = False,
@@ -92,6 +94,7 @@ class KevinApp(App[int]):
         super().__init__()
         self.first_run = run
         self.runs_root = Path(runs_root) if runs_root is not None else None
+        self.benches_root = Path(benches_root) if benches_root is not None else None
         self.resume_factory = resume_factory or self._resume_from_store
         self.deliver_at_end = deliver_at_end
         # `kevin-opt FILE` that cannot start (bad task, no backend) ends like the headless command:
@@ -162,7 +165,9 @@ class KevinApp(App[int]):
 
     def action_open_history(self) -> None:
         if self.history_screen is None:
-            self.history_screen = HistoryScreen(self.history_root())
+            root = self.history_root()
+            # Benches sit beside the runs (.kevin/benches), unless told where.
+            self.history_screen = HistoryScreen(root, self.benches_root or root.parent / "benches")
             self.add_mode("history", lambda: self.history_screen)
         self.switch_mode("history")
         if self.history_screen.is_mounted:
@@ -196,15 +201,6 @@ class KevinApp(App[int]):
         if action == "commit_best":
             return self.engine is not None and self.engine.best_turn() is not None and not self._best_delivered()
         return True
-
-    def _best_delivered(self) -> bool:
-        """The kernel `c` would deliver is the one delivered already (a better one since offers it again)."""
-        delivery = self.delivery
-        if delivery is None or not delivery.succeeded() or delivery.plan.kernel is None or self.engine is None:
-            return False
-        best = self.engine.best_turn()
-        return best is not None and (best.trajectory, best.turn) == (delivery.plan.kernel.trajectory,
-                                                                    delivery.plan.kernel.turn)
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
@@ -295,33 +291,6 @@ class KevinApp(App[int]):
         if chunks:
             self.run_screen.apply_tokens(chunks)
 
-    # --- signals ----------------------------------------------------------------------------
-    def _install_signal_handlers(self) -> None:
-        if self.handle_signals:
-            self.signals.install()
-
-    def on_unmount(self) -> None:
-        if self.handle_signals:
-            self.signals.uninstall()
-
-    def interrupt(self, signum: int) -> None:
-        """A signal: end the run as headless does (abort, record it as interrupted, exit with
-        128 + signum once the engine has unwound). A second one leaves at once."""
-        if self.signum is not None:
-            kill_run_processes()
-            self._abandoned = self.running
-            self.exit(self.exit_code)
-            return
-        self.signum = signum
-        if self.running:
-            if self.engine is not None:
-                self.engine.abort()
-            else:
-                kill_run_processes()  # the task's probe; the engine is aborted as soon as it exists
-            self.run_screen.set_status(f"{signal_name(signum)}: ending the run", "$text-warning")
-        elif not self._delivering:
-            self.exit(self.exit_code)
-
     # --- steering ---------------------------------------------------------------------------
     # The screens ask and steer here, never the engine itself.
     @property
@@ -365,78 +334,6 @@ class KevinApp(App[int]):
                 self.notify("generation cancelled: it is not shown to the model and the turn is generated again")
             else:
                 self.notify("nothing is generating right now", severity="warning")
-
-    def action_commit_best(self) -> None:
-        if self.engine is None:
-            self.notify("no run to commit from", severity="warning")
-            return
-        if self._delivering:
-            self.notify("a delivery is in progress", severity="warning")
-            return
-        if self._best_delivered():
-            self.notify(f"the best kernel is delivered already: {self.delivery.headline()}", markup=False)
-            return
-        self._plan_delivery(self.session)
-
-    # --- delivery: one plan, shown, then carried out ------------------------------------------
-    @work(thread=True, group="plan", exit_on_error=False)
-    def _plan_delivery(self, session: RunSession, at_end: bool = False) -> tuple[RunSession, DeliveryPlan, bool]:
-        session.engine.store.take()  # after the run it was given up; another process may have taken it since
-        return session, session.plan(), at_end
-
-    def _ask(self, session: RunSession, plan: DeliveryPlan, at_end: bool) -> None:
-        if plan.kernel is None or plan.blocked:
-            if at_end:
-                self._deliver(session, plan)  # nothing to ask: the delivery says why
-            else:
-                self.notify(plan.why_not_written(), severity="warning", timeout=15, markup=False)
-                self._settle()
-            return
-        title, yes = plan.question()
-
-        def answered(answer: bool | None) -> None:
-            if answer:
-                self._deliver(session, plan.consented())
-            elif at_end:
-                self._deliver(session, plan, declined=True)
-            else:
-                self.notify(self._declined_words(), markup=False)
-                self._settle()
-
-        self.push_screen(ConfirmScreen(title, commit_summary(plan), yes=yes), answered)
-
-    def _declined_words(self) -> str:
-        """What a no to `c` leaves: nothing new, and what an earlier delivery wrote stays."""
-        earlier = self.delivery
-        if earlier is None or not earlier.written:
-            return "nothing written, nothing committed"
-        names = ", ".join(p.name for p in earlier.written)
-        return f"nothing new written or committed; {names} from the earlier delivery ({earlier.headline()}) stay"
-
-    @work(thread=True, group="deliver", exit_on_error=False)
-    def _deliver(self, session: RunSession, plan: DeliveryPlan, *, declined: bool = False) -> Delivery:
-        self._delivering = True
-        try:
-            return session.deliver(plan, declined=declined,
-                                   say=lambda text: self.call_from_thread(self.run_screen.set_status, text,
-                                                                          "$text-accent"))
-        finally:
-            self._delivering = False
-
-    def _delivered(self, delivery: Delivery) -> None:
-        self.delivery = delivery
-        if self.outcome is not None and not self.running:
-            label, _ = REASONS.get(self.outcome.reason, (self.outcome.reason, ""))
-            text = f"{label} · {delivery.headline()}"
-        else:
-            text = f"running · {delivery.headline()}"
-        style = "$text-success" if delivery.succeeded() else "$text-warning"
-        self.run_screen.set_status(text, style)
-        self.notify("\n".join(delivery.notes), title="delivery", timeout=15, markup=False,
-                    severity="information" if delivery.succeeded() else "warning")
-        self._settle()
-        if self.signum is not None:
-            self.exit(self.exit_code)
 
     # --- workers: results and failures, in one place --------------------------------------
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -498,43 +395,3 @@ class KevinApp(App[int]):
             self._plan_delivery(self.session, at_end=True)
         else:
             self._settle()
-
-    def _same_kernel(self, plan: DeliveryPlan) -> bool:
-        best = self.outcome.best if self.outcome is not None else None
-        return best is not None and plan.kernel is not None and (best.trajectory, best.turn) == (
-            plan.kernel.trajectory, plan.kernel.turn)
-
-    # --- quitting ---------------------------------------------------------------------------
-    def action_quit(self) -> None:
-        if not self.running:
-            self.exit(self.exit_code)
-            return
-        if self._quitting:
-            # Second request: leave now; the evaluation in flight still ends before the process does.
-            self.action_exit_now()
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes and self.running:
-                self._quitting = True
-                if self.engine is not None:
-                    self.engine.halt()
-                self.run_screen.set_status("quitting once the evaluation in flight ends (q again: now)",
-                                           "$text-warning")
-            elif yes:
-                self.exit(self.exit_code)
-
-        body = Content(
-            "A run is in progress. Quit? The generation in flight is cancelled and nothing new "
-            "starts; an evaluation in flight is finished first.\n"
-            "Finished turns are saved: resume the run from the history screen, or with kevin-opt resume."
-        )
-        self.push_screen(ConfirmScreen("quit?", body, yes="Quit"), answered)
-
-    def action_exit_now(self) -> None:
-        if self.running:
-            # Now means now: the turns in flight are dropped (resume does them again).
-            self._quitting = True
-            if self.engine is not None:
-                self.engine.abort()
-        self.exit(self.exit_code)

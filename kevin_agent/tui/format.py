@@ -10,6 +10,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from pygments.token import Token
@@ -284,7 +285,10 @@ def answer_text(record: TurnRecord) -> str:
     return text.strip()
 
 
+@lru_cache(maxsize=64)
 def kernel_content(code: str) -> Content:
+    """The kernel, highlighted: once per kernel (a long one takes a good part of a second, and the
+    panes show the same kernel again on each event and each visit); Content is immutable."""
     return highlight(code, language="python") if code.strip() else Content.styled("(no kernel)", "$text-muted")
 
 
@@ -372,3 +376,33 @@ def toast_text(message: str, room: int) -> str:
     """A notification's text laid out for a toast at most ``room`` cells wide: the toast is as
     wide as its longest line (see Toast in app.tcss)."""
     return wrap_words(short_paths(message), toast_width(room))
+
+
+_BLOCK = re.compile(r"\s|[-*+•] |\d+[.)] |#|\||>|```|\$\$|\\\[")
+"""A line that starts a block of its own (indented, a list item, a heading, a table row, a quote,
+a fence, a displayed formula): kept on its line."""
+
+
+def reflow(text: str) -> str:
+    """Prose with its hard line breaks inside a paragraph joined, so that it wraps to the pane as
+    one paragraph rather than breaking at the model's lines and the pane's both (ragged). Blank
+    lines, fenced code and lines that start a block of their own keep their breaks."""
+    out: list[str] = []
+    fenced = joinable = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            out.append(line)
+            joinable = False
+            continue
+        if fenced or not line.strip():
+            out.append(line)
+            joinable = False
+            continue
+        if joinable and not _BLOCK.match(line):
+            out[-1] = f"{out[-1].rstrip()} {line.strip()}"
+        else:
+            out.append(line)
+        # A heading, a table row or a formula ends where its line does.
+        joinable = not re.match(r"\s*(#|\||\$\$|\\\[)", out[-1])
+    return "\n".join(out)

@@ -27,7 +27,7 @@ from ..errors import ExitCode, KevinError
 from ..events import RunFinished, RunStarted
 from ..protocols import EventSink
 from ..results.optimize import GroupRun, OptimizeRecord
-from ..run.interrupts import kill_run_processes, signal_name
+from ..run.interrupts import signal_name
 from ..store import read_info, read_records
 from .app import KevinApp
 from .screens.dialogs import ConfirmScreen, ErrorScreen
@@ -246,7 +246,8 @@ class OptimizeApp(KevinApp):
         words = {"delivered": record.notes[-1] if record.notes else "delivered",
                  "written": record.notes[-1] if record.notes else "written",
                  "interrupted": f"interrupted: continue with kevin-opt resume {record.optimize_id}"}
-        text = words.get(record.status, f"{record.status}: {record.why}" if record.why else record.status)
+        said = record.why and record.why != record.status
+        text = words.get(record.status, f"{record.status}: {record.why}" if said else record.status)
         self._say(text + " (q quits)", ENDINGS.get(record.status, "$text-muted"))
 
     # --- quitting and signals -----------------------------------------------------------------
@@ -260,20 +261,11 @@ class OptimizeApp(KevinApp):
         if self.optimize is None or not self.optimizing:
             super().action_quit()
             return
-        if self._quitting:
-            self.action_exit_now()
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes and self.optimizing:
-                self._stop("quitting: the run in flight ends where it is (q again: now)")
-            elif yes:
-                self.exit(self.exit_code)
-
         body = ("An optimize is in progress. Quit? The module run in flight stops where it is; its finished "
                 "turns and the finished module runs are kept.\nContinue it with kevin-opt resume "
                 f"{self.optimize.record.optimize_id}.")
-        self.push_screen(ConfirmScreen("quit?", body, yes="Quit"), answered)
+        self.confirm_quit(body, lambda: self.optimizing,
+                          lambda: self._stop("quitting: the run in flight ends where it is (q again: now)"))
 
     def _stop(self, text: str) -> None:
         self._quitting = self._quitting or self.signum is None
@@ -293,10 +285,7 @@ class OptimizeApp(KevinApp):
         if self.optimize is None:
             super().interrupt(signum)
             return
-        if self.signum is not None:
-            kill_run_processes()
-            self._abandoned = self.optimizing
-            self.exit(self.exit_code)
+        if self.left_on_second_signal(self.optimizing):
             return
         self.signum = signum
         if self.optimizing:

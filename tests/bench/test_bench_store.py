@@ -83,6 +83,7 @@ def test_a_result_counts_once_and_the_table_is_written_in_every_form(tmp_path):
                                                                          ("level1/2_b", "failed", "")]
     md = (store.dir / "table.md").read_text()
     assert md == render_markdown(table) and "| level1/2_b | failed |" in md and "## level1 (2 tasks)" in md
+    assert ", 1 trajectory x 2 turns, local; " in md  # one trajectory, in the singular
     assert "kevin-opt resume bench-1" in md
     assert (store.dir / "fast_p.png").read_bytes()[:4] == b"\x89PNG"
     assert build_table(store).status == "running"  # held by this process
@@ -115,7 +116,7 @@ def test_headless_lines_and_the_live_line(tmp_path):
     printer.task_finished(result("level1/1_a", speedup=2.0), False)
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("kevin-opt: bench bench-1: 2 tasks, local")
-    assert "[1/2] level1/1_a: correct 2.00x confirmed (first correct at turn 1, 1/1 trajectories)" in lines[2]
+    assert "[1/2] level1/1_a: correct 2.00x confirmed (first correct at turn 1, 1/1 trajectory)" in lines[2]
     assert "came back again" in lines[3]
     live = io.StringIO()
     printer = BenchPrinter(live, live=True, width=lambda: 100)

@@ -192,3 +192,17 @@ def test_stage_totals_sum_the_recorded_stage_times(tmp_path):
     assert "summed over 2 evaluations" in md
     assert "| queue | compile | load | correctness | timing | total |" in md
     assert "| 3.0 | 30.0 | 0.3 | 1.0 | 2.0 | 36.3 |" in md
+
+
+def test_the_charts_star_sits_at_the_number_its_legend_says_the_confirmed_one(tmp_path):
+    from kevin_agent.delivery.report.chart import speedup_figure
+    from kevin_agent.store import RunStore
+
+    from ..tui_support import confirmed_run
+
+    run = RunStore.open(tmp_path, confirmed_run(tmp_path).name)  # turn 3: 2.00x its own, 2.70x confirmed
+    ax = speedup_figure(run.info, run.records()).axes[0]
+    (star,) = [c for c in ax.collections if c.get_label().startswith("best:")]
+    assert list(star.get_offsets()[0]) == [3.0, 2.7]
+    assert star.get_label() == "best: 2.70x confirmed (trajectory 0, turn 3; its turn 2.00x)"
+    assert star.get_label() in [t.get_text() for t in ax.get_legend().get_texts()]

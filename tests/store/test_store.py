@@ -60,6 +60,35 @@ def test_list_runs_newest_first_and_skips_damaged(tmp_path):
     assert [i.run_id for i, _ in list_runs(tmp_path)] == ["b-run", "a-run"]
 
 
+def test_a_damaged_run_is_told_with_why_and_a_torn_last_turn_is_not_damage(tmp_path):
+    """run.json not JSON, run.json missing a field, run.json gone, a turn in the middle of
+    turns.jsonl not a turn: each left out of the runs and told in ``damaged``, saying which file
+    and what is wrong. A torn last line (a killed write) is no damage: resume redoes that turn."""
+    for name in ("good", "torn-tail", "bad-json", "no-task", "no-run-json", "bad-middle"):
+        RunStore.create(tmp_path, make_info(name)).append(rec(1))
+    with open(tmp_path / "torn-tail" / "turns.jsonl", "a") as fh:
+        fh.write(json.dumps(rec(2).model_dump(mode="json"))[:40])
+    (tmp_path / "bad-json" / "run.json").write_text("{not json")
+    data = json.loads((tmp_path / "no-task" / "run.json").read_text())
+    del data["task"]
+    (tmp_path / "no-task" / "run.json").write_text(json.dumps(data))
+    (tmp_path / "no-run-json" / "run.json").unlink()
+    turns = tmp_path / "bad-middle" / "turns.jsonl"
+    turns.write_text(turns.read_text() + "garbage\n" + json.dumps(rec(2).model_dump(mode="json")) + "\n")
+    damaged: list = []
+    assert sorted(i.run_id for i, _ in list_runs(tmp_path, damaged)) == ["good", "torn-tail"]
+    why = {d.name: d.why for d in damaged}
+    assert set(why) == {"bad-json", "no-task", "no-run-json", "bad-middle"} and {d.kind for d in damaged} == {"run"}
+    assert why["bad-json"] == "run.json is unreadable: not JSON (Expecting property name enclosed in double " \
+                              "quotes at line 1, column 2)"
+    assert why["no-task"] == "run.json is unreadable: task: field required"
+    assert why["no-run-json"] == "run.json is missing"
+    assert why["bad-middle"].startswith("turns.jsonl, line 2, is not a turn record: not JSON")
+    assert all(d.path == tmp_path / d.name for d in damaged)
+    # What reads one run (show, resume) still reads what it can, as before.
+    assert [r.turn for r in RunStore.open(tmp_path, "bad-middle").records()] == [1, 2]
+
+
 def test_runs_root_is_at_the_top_of_the_git_repo(tmp_path):
     repo = git_init(tmp_path / "repo")
     (repo / "pkg").mkdir()

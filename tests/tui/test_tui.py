@@ -201,8 +201,8 @@ async def test_history_lists_runs_turns_and_diffs(tmp_path):
         table = screen.query_one("#runs", DataTable)
         assert table.row_count == 2
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(2)]
-        assert rows[0][:2] == ["20250102-090000-affine-0002", "interrupted"]
-        assert rows[1] == ["20250101-120000-affine-0001", "completed", "6/6", "2.00x unconfirmed", "affine"]
+        assert rows[0][:3] == ["20250102-090000-affine-0002", "run", "interrupted"]
+        assert rows[1] == ["20250101-120000-affine-0001", "run", "completed", "6/6", "2.00x unconfirmed", "affine"]
         await pilot.press("down")
         assert screen.run_id == "20250101-120000-affine-0001"
         turns = screen.query_one("#history-turns", OptionList)

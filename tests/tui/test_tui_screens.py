@@ -24,7 +24,7 @@ from kevin_agent.events import (
 from kevin_agent.results import Stage, StageTimes, Status, TurnRecord
 from kevin_agent.store import RunStore
 from kevin_agent.tui import KevinApp
-from kevin_agent.tui.format import MARKS
+from kevin_agent.tui.format import MARKS, kernel_content
 from kevin_agent.tui.messages import message_for
 from kevin_agent.tui.screens.dialogs import ConfirmScreen, HelpScreen, commit_summary, key_rows
 from kevin_agent.tui.screens.history import TABS, HistoryScreen
@@ -382,7 +382,7 @@ async def test_the_history_lists_cancelled_generations_where_they_happened(tmp_p
         await pilot.pause()
         turns = app.screen.query_one("#history-turns", OptionList)
         assert [str(o.prompt) for o in turns.options] == ["⊝ turn 1  cancelled", "✓ turn 1  1.25x"]
-        assert str(app.screen.query_one(DataTable).get_row_at(0)[2]) == "1/6"  # cancelled ones do not count
+        assert str(app.screen.query_one(DataTable).get_row_at(0)[3]) == "1/6"  # cancelled ones do not count
 
 
 # --- a turn in flight ---------------------------------------------------------------------------
@@ -491,7 +491,7 @@ async def test_history_shows_each_run_id_first_and_in_full(tmp_path, size):
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         table = app.screen.query_one(DataTable)
-        assert [str(c.label) for c in table.ordered_columns][:2] == ["run", "status"]
+        assert [str(c.label) for c in table.ordered_columns][:3] == ["id", "kind", "status"]
         lines = screen_lines(app)
         for run_id in ("20250102-090000-affine-0002", "20250101-120000-affine-0001"):
             assert any(line.startswith(f"│ {run_id}  ") for line in lines), lines
@@ -548,7 +548,7 @@ async def test_resume_is_offered_only_for_a_run_nobody_runs_that_is_unfinished(t
         await pilot.pause()
         history = app.screen
         table = history.query_one(DataTable)
-        assert [str(table.get_row_at(i)[1]) for i in range(3)] == ["live", "interrupted", "completed"]
+        assert [str(table.get_row_at(i)[2]) for i in range(3)] == ["live", "interrupted", "completed"]
         # The live run: no resume offered; asking anyway says who runs it.
         assert history.run_id == "20250103-080000-affine-0003" and "r" not in offered_keys(app)
         await pilot.press("r")
@@ -611,6 +611,34 @@ async def test_a_burst_of_arrows_in_the_history_settles_on_the_row_the_cursor_re
                        "the run under the cursor")
         await pilot.pause(0.3)
         assert table.cursor_row == 4
+
+
+async def test_a_burst_of_arrows_on_the_run_screen_draws_the_turn_the_cursor_rests_on_once(tmp_path):
+    """A held arrow over the run's turns: the output and feedback panes are drawn for the turn the
+    cursor rests on, once per burst, not once per key (each drawing lays out a whole kernel and
+    its feedback: per key, a burst kept the app busy for seconds)."""
+    app = KevinApp(runs_root=tmp_path, clock=lambda: 0.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await run_screen(app, pilot, run_events())
+        turns = screen.query_one(TurnList)
+        turns.focus()
+        await pilot.pause()
+        drawn: list = []
+        output, feedback = screen.query_one(ModelOutput), screen.query_one(FeedbackView)
+        show_record, show = output.show_record, feedback.show
+        output.show_record = lambda record: (drawn.append((record.trajectory, record.turn)), show_record(record))
+        feedback.show = lambda record, **kw: (drawn.append("feedback"), show(record, **kw))
+        assert turns.highlighted_key == (0, 3)  # the run is over: its winner is shown
+        for keys, resting in ((["down"] * 3, (1, 3)), (["up", "down"] * 6 + ["up", "up"], (1, 1)), (["up"], (0, 3))):
+            drawn.clear()
+            burst(app, *keys)
+            await wait_for(pilot, lambda: turns.highlighted_key == resting, 10, "the cursor")
+            await pilot.pause(0.2)
+            assert screen.pinned == resting
+            assert drawn == [resting, "feedback"], drawn  # the resting turn, once
+        # A kernel is highlighted once however often it is shown (a long one takes most of a second).
+        code = screen.state.record((0, 3)).code
+        assert kernel_content(code) is kernel_content(code)
 
 
 async def test_the_history_draws_the_lineage_of_a_beam_run(tmp_path):

@@ -17,7 +17,8 @@ from kevin_agent.tui import KevinApp
 from kevin_agent.tui.messages import message_for
 from kevin_agent.tui.screens.dialogs import ConfirmScreen, commit_summary
 
-from ..tui_support import better_module_plan, build_store, confirmed_run_events, fixed_info, fixed_records, run_events
+from ..tui_support import (better_module_plan, build_store, confirmed_run_events, every_kind, fixed_info, fixed_records,
+                           run_events)
 
 SIZES = [(80, 24), (160, 48)]
 sizes = pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -97,6 +98,14 @@ def test_run_screen_selected_compile_error(snap_compare, tmp_path):
 @sizes
 def test_history_screen(snap_compare, tmp_path, size):
     assert snap_compare(make_app(tmp_path), terminal_size=size, press=["down"])
+
+
+@sizes
+def test_history_of_every_kind(snap_compare, tmp_path, size):
+    """Runs, an optimize, a bench and a damaged run, by kind; the optimize's run says its commit."""
+    runs, benches = every_kind(tmp_path)
+    app = KevinApp(runs_root=runs, benches_root=benches, clock=lambda: 0.0)
+    assert snap_compare(app, terminal_size=size)
 
 
 @sizes

@@ -1,9 +1,10 @@
-"""The history screen: every stored run, its turns, and each turn in full.
+"""The history screen: everything stored, by kind (runs, optimizes, benches, and what could not be
+read, with why), a run's turns, and each turn in full.
 
-Two levels, like a log and its entries: the run list on top with a preview of the
-highlighted run underneath; ``enter`` opens the run (its turns and tabs take the screen) and
-``escape`` goes back up: from a run to the list, from the list to the run screen when there
-is one. It never quits: ``q`` does.
+Two levels, like a log and its entries: the list on top with a preview of the highlighted entry
+underneath; ``enter`` opens it (a run's turns and tabs, an optimize's groups and their runs, a
+bench's table take the screen) and ``escape`` goes back up: from an entry to the list, from the
+list to the run screen when there is one. It never quits: ``q`` does.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from textual.widgets import (
     TabPane,
 )
 
+from ...history import Stored, bench_text, delivery_words, gather, optimize_text, run_commit
 from ...results.winner import best_of_run, confirmed_turns
 from ...results.lineage import outcome, tree_chains, wrap_chain
 from ...formatting import marked_speedup
 from ...results import RunInfo, TurnRecord
-from ...store import list_runs, read_records
+from ...store import read_records
 from ..format import answer_text, diff_content, kernel_content, previous_turn
 from ..state import Key, RunState
 from ..widgets import CodePane, FeedbackView, FitHeader, TurnList
@@ -47,7 +49,10 @@ RUN_STYLES = {
     "completed": "$text-success", "target_reached": "$text-success", "roofline_reached": "$text-success",
     "running": "bold $text-accent",
     "stopped": "$text-warning", "interrupted": "$text-warning", "failed": "$text-error",
+    "delivered": "$text-success", "written": "$text-success", "damaged": "$text-error",
 }
+WHY_CELL = 60
+"""A damaged entry's why is cut to this in the table (the preview says it whole)."""
 
 TABS = [
     # (pane id, title, key)
@@ -91,17 +96,24 @@ class HistoryScreen(Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", tooltip="Back: from a run to the list, from the list to the run"),
         # A priority binding, so that the footer offers it over the table's own (hidden) enter.
-        Binding("enter", "open_run", "Open", tooltip="Open the selected run: its turns in full", priority=True),
+        Binding("enter", "open_run", "Open", tooltip="Open the selected entry: a run's turns in full, an "
+                "optimize's groups, a bench's table", priority=True),
         Binding("r", "resume", "Resume", tooltip="Resume the selected run (an unfinished one nobody runs)"),
         Binding("r", "explain_resume", show=False),
-        Binding("g", "reload", "Reload", tooltip="Read the runs from disk again"),
+        Binding("g", "reload", "Reload", tooltip="Read the store from disk again"),
         *(Binding(key, f"tab('{pane}')", title, show=False) for pane, title, key in TABS),
     ]
 
-    def __init__(self, runs_root: Path) -> None:
+    def __init__(self, runs_root: Path, benches_root: Path | None = None) -> None:
         super().__init__(id="history")
         self.runs_root = runs_root
+        self.benches_root = benches_root
+        self.stored = Stored(runs_root)
         self.runs: dict[str, tuple[RunInfo, list[TurnRecord]]] = {}
+        self.others: dict[str, tuple[str, str, str]] = {}
+        """Each entry that is not a run, by its id: its kind, status and text in full."""
+        self.selected: str | None = None
+        """The highlighted entry's id, whatever its kind (``run_id`` when it is a run)."""
         self._all_records: dict[str, list[TurnRecord]] = {}
         """Each run's turns with its cancelled generations, read from disk once per reload."""
         self.run_id: str | None = None
@@ -127,11 +139,13 @@ class HistoryScreen(Screen):
                         else:
                             with VerticalScroll():
                                 yield Static(id=f"{pane}-text", classes="turn-text")
+        with VerticalScroll(id="history-other"):
+            yield Static(id="history-other-text", classes="turn-text")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
-        table.add_columns("run", "status", "turns", "best", "task")
+        table.add_columns("id", "kind", "status", "done", "best", "what")
         self.query_one("#history-turns", TurnList).border_title = "turns"
         self.action_reload()
         table.focus()
@@ -144,7 +158,8 @@ class HistoryScreen(Screen):
 
     def _in_body(self) -> bool:
         focused = self.focused
-        return focused is not None and self.query_one("#history-body") in focused.ancestors_with_self
+        return focused is not None and any(self.query_one(body) in focused.ancestors_with_self
+                                           for body in ("#history-body", "#history-other"))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":
@@ -155,7 +170,7 @@ class HistoryScreen(Screen):
             return self._resume_refusal() is None
         if action == "open_run":
             # Elsewhere enter belongs to the focused widget (a tab, a button).
-            return not self.detail and self.run_id is not None and self.focused is self.query_one("#runs")
+            return not self.detail and self.selected is not None and self.focused is self.query_one("#runs")
         return True
 
     def on_descendant_focus(self) -> None:
@@ -172,38 +187,57 @@ class HistoryScreen(Screen):
         self.refresh_bindings()
 
     def action_open_run(self) -> None:
-        if self.run_id is None:
+        if self.selected is None:
             return
         self.add_class("-detail")
-        self.query_one("#history-turns", TurnList).focus()
+        self.query_one("#history-turns" if self.run_id is not None else "#history-other").focus()
         self.refresh_bindings()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # A click on a row (enter is the screen's own binding).
-        if event.row_key.value != self.run_id:
-            self.show_run(event.row_key.value)
+        if event.row_key.value != self.selected:
+            self.show_entry(event.row_key.value)
         self.action_open_run()
 
-    # --- runs -------------------------------------------------------------------------------
+    # --- the list -----------------------------------------------------------------------------
     def action_reload(self) -> None:
         table = self.query_one("#runs", DataTable)
-        keep = self.run_id
+        keep = self.selected
         table.clear()
-        self.runs = {info.run_id: (info, records) for info, records in list_runs(self.runs_root)}
+        self.stored = stored = gather(self.runs_root, self.benches_root)
+        self.runs = {info.run_id: (info, records) for info, records in stored.runs}
+        self.others = {}
         self._all_records = {}
-        for info, records in self.runs.values():
+        # By kind, each newest first: runs, optimizes, benches, then what could not be read.
+        for info, records in stored.runs:
             status = Text(run_status(info), style="bold" if info.status == LIVE else "")
-            table.add_row(
-                Text(info.run_id), status, f"{len(records)}/{info.turns * info.trajectories}",
-                best_speedup(info, records), Text(info.task.name), key=info.run_id,
-            )
-        if not self.runs:
+            optimize = stored.optimize_of(info.run_id)
+            what = info.task.name + (f" ({optimize.optimize_id[:19]})" if optimize is not None else "")
+            table.add_row(Text(info.run_id), "run", status, f"{len(records)}/{info.turns * info.trajectories}",
+                          best_speedup(info, records), Text(what), key=info.run_id)
+        for o in stored.optimizes:
+            self.others[o.optimize_id] = ("optimize", o.status, optimize_text(o))
+            whole = f"{o.measured:.2f}x whole" if o.measured else "-"
+            table.add_row(Text(o.optimize_id), "optimize", o.status, f"{len(o.kept)}/{len(o.groups)} kept", whole,
+                          Text(Path(o.model_file).name), key=o.optimize_id)
+        for b in stored.benches:
+            status, results = b.status(), b.results()
+            self.others[b.info.bench_id] = ("bench", status, bench_text(b))
+            best = [r.speedup for r in results.values() if r.correct and r.speedup]
+            mean = f"{sum(best) / len(results):.2f}x mean" if results else "-"
+            table.add_row(Text(b.info.bench_id), "bench", status, f"{len(results)}/{len(b.info.tasks)} tasks", mean,
+                          Text(b.info.where), key=b.info.bench_id)
+        for d in stored.damaged:
+            self.others[d.name] = (d.kind, "damaged", f"{d.kind} {d.name} is damaged: {d.why}\n\nin {d.path}")
+            why = d.why if len(d.why) <= WHY_CELL else d.why[:WHY_CELL - 1] + "…"
+            table.add_row(Text(d.name), d.kind, Text("damaged", style="bold"), "", "", Text(why), key=d.name)
+        if stored.empty:
             self.remove_class("-detail")
-            self.show_run(None)
+            self.show_entry(None)
             return
-        shown = keep if keep in self.runs else next(iter(self.runs))
+        shown = keep if keep in self.runs or keep in self.others else next(iter(self.runs), next(iter(self.others), None))
         table.move_cursor(row=table.get_row_index(shown))
-        self.show_run(shown)
+        self.show_entry(shown)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # A held arrow highlights rows faster than a run is read and drawn. A highlight the cursor
@@ -212,31 +246,54 @@ class HistoryScreen(Screen):
         # highlight can send it back to a row it passed.
         if event.cursor_row != self.query_one("#runs", DataTable).cursor_row:
             return
-        if event.row_key.value != self.run_id:
-            self.show_run(event.row_key.value)
+        if event.row_key.value != self.selected:
+            self.show_entry(event.row_key.value)
+
+    def show_entry(self, key: str | None) -> None:
+        """Show the entry ``key`` names in the preview: a run's turns, another kind's text."""
+        self.selected = key
+        if key is None or key in self.runs:
+            self.remove_class("-other")
+            self.show_run(key)
+            return
+        self.add_class("-other")
+        self.show_run(None)
+        self.selected = key
+        self.query_one("#history-other-text", Static).update(Content(self.others[key][2]))
+        self.query_one("#history-other", VerticalScroll).scroll_home(animate=False)
+        self._refresh_header()
+        self.refresh_bindings()
 
     def _refresh_header(self) -> None:
         header = self.query_one("#history-header", FitHeader)
         title = ("history", "bold $text-primary", 7)
+        counts = (self.stored.counts(), "$text-muted", 0)
+        if self.selected in self.others:
+            kind, status, _ = self.others[self.selected]
+            header.set_lines([title, (self.selected, "bold", len(self.selected)), (kind, "", len(kind)),
+                              (status, RUN_STYLES.get(status, ""), len(status)), counts])
+            return
         if self.run_id is None:
-            header.set_lines([title, (f"no runs in {self.runs_root}", "$text-muted", 12)])
+            header.set_lines([title, (self.stored.nothing_words(), "$text-muted", 12)])
             return
         info, records = self.runs[self.run_id]
+        optimize = self.stored.optimize_of(info.run_id)
+        commit = run_commit(info, optimize)
+        delivery = delivery_words(info, optimize) if optimize is not None else ""
         status = run_status(info)
         if info.status == LIVE and (owner := run_owner(self.runs_root / info.run_id)) is not None:
             status += f" (pid {owner.pid} on {owner.host})"
         # What the table leaves out, most useful first; what does not fit is left out whole.
         header.set_lines([
             title, (info.run_id, "bold", len(info.run_id)), (status, RUN_STYLES.get(info.status, ""), len(status)),
-            (f"best {best_speedup(info, records)}", "", 0),
-            (f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}", "$text-muted", 0),
-            (f"commit {info.commit[:10]}" if info.commit else "", "", 0),
+            (f"best {best_speedup(info, records)}", "", 0), (delivery, "", 0), counts,
+            (f"commit {commit[:10]}" if commit and not delivery else "", "", 0),
             (f"started {run_date(info)}", "", 0), (f"{info.device} {info.device_name}".strip(), "", 0),
             (info.task.path, "$text-muted", 0), (info.model, "$text-secondary", 0),
         ])
 
     def show_run(self, run_id: str | None) -> None:
-        self.run_id = run_id
+        self.run_id = self.selected = run_id
         turns = self.query_one("#history-turns", TurnList)
         self.turns = RunState()
         self._refresh_header()
@@ -274,7 +331,10 @@ class HistoryScreen(Screen):
 
     # --- turns ------------------------------------------------------------------------------
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        key: Key | None = self.query_one("#history-turns", TurnList).highlighted_key
+        turns = self.query_one("#history-turns", TurnList)
+        if event.option_index != turns.highlighted:
+            return  # left already in a burst of keys: the turn the cursor rests on is drawn, once
+        key: Key | None = turns.highlighted_key
         if key is None or self.run_id is None:
             return
         self.show_turn(self.turns.record(key))
@@ -336,6 +396,11 @@ class HistoryScreen(Screen):
     # --- resume -------------------------------------------------------------------------------
     def _resume_refusal(self) -> str | None:
         """Why the selected run cannot be resumed, or None when it can."""
+        if self.selected in self.others:
+            kind, status, _ = self.others[self.selected]
+            if status == "damaged":
+                return f"{kind} {self.selected} is damaged: it cannot be resumed"
+            return f"{kind}s resume from the command line: kevin-opt resume {self.selected}"
         if self.run_id is None:
             return "no run selected"
         info, _ = self.runs[self.run_id]

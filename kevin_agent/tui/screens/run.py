@@ -73,6 +73,8 @@ class RunScreen(Screen):
                 tooltip="Continue the selected finished turn in a new chain for the remaining turns"),
         Binding("i", "ncu", "Nsight",
                 tooltip="Profile the selected verified turn's kernel with Nsight Compute (an NVIDIA GPU and ncu)"),
+        # Where `i` cannot work (a run off an NVIDIA GPU) it is not offered; pressed, it says why.
+        Binding("i", "explain_ncu", show=False),
     ]
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, *, id: str = "run") -> None:
@@ -154,9 +156,21 @@ class RunScreen(Screen):
         return True
 
     def _profilable(self) -> tuple[int, int] | None:
-        """The selected turn, when it has a verified kernel Nsight Compute could profile."""
+        """The selected turn, when it has a verified kernel Nsight Compute could profile: one of a
+        run on an NVIDIA GPU (Nsight Compute profiles CUDA kernels alone)."""
         record = self.state.record(self.pinned) if self.pinned is not None else None
-        return self.pinned if record is not None and record.correct and self.state.started is not None else None
+        started = self.state.started
+        if record is None or not record.correct or started is None or started.device != "cuda":
+            return None
+        return self.pinned
+
+    def action_explain_ncu(self) -> None:
+        started = self.state.started
+        if started is not None and started.device != "cuda":
+            self.notify(f"Nsight Compute profiles CUDA kernels: this run is on the {started.device} device "
+                        f"({started.device_name})", severity="warning", markup=False)
+        else:
+            self.notify("select a verified turn: Nsight Compute profiles its kernel", severity="warning")
 
     def action_ncu(self) -> None:
         key = self._profilable()
@@ -361,7 +375,13 @@ class RunScreen(Screen):
 
     # --- the person's choices -------------------------------------------------------------
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        key = self.query_one(TurnList).highlighted_key
+        turns = self.query_one(TurnList)
+        # A held arrow highlights turns faster than a turn is drawn: a highlight the cursor has
+        # already left is dropped (a later one is queued behind it), so a burst of keys draws the
+        # turn the cursor rests on, once, as the history's lists do.
+        if event.option_index != turns.highlighted:
+            return
+        key = turns.highlighted_key
         if key is None:
             return
         if self.state.record(key) is not None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Collapsible, Static
 
 from ...results import TurnRecord
-from ..format import answer_text, kernel_content
+from ..format import answer_text, kernel_content, reflow
 from ..state import LiveTurn
 from .code import CodeView
 
@@ -17,10 +19,11 @@ STREAM_TAIL = 8000
 second would take the UI's time away from key presses."""
 
 
-def _tail(text: str) -> Content:
+def _tail(text: str, shape: Callable[[str], str] = str) -> Content:
     if len(text) <= STREAM_TAIL:
-        return Content(text)
-    return Content.assemble((f"… {len(text) - STREAM_TAIL} characters above\n", "$text-muted"), text[-STREAM_TAIL:])
+        return Content(shape(text))
+    return Content.assemble((f"… {len(text) - STREAM_TAIL} characters above\n", "$text-muted"),
+                            shape(text[-STREAM_TAIL:]))
 
 
 class ModelOutput(VerticalScroll):
@@ -68,7 +71,8 @@ class ModelOutput(VerticalScroll):
         box.display = bool(text)
         box.title = title
         box.collapsed = not (default_open if self.expand_reasoning is None else self.expand_reasoning)
-        self.query_one("#reasoning", Static).update(_tail(text) if live else Content(text))
+        # The model breaks its lines where it likes; joined, a paragraph wraps to the pane evenly.
+        self.query_one("#reasoning", Static).update(_tail(text, reflow) if live else Content(reflow(text)))
 
     def _show_answer(self, prose: Content | None = None, code: Content | None = None) -> None:
         answer, view = self.query_one("#answer", Static), self.query_one(CodeView)
