@@ -18,10 +18,20 @@ def fmt_speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+ABOVE_DRAM = "100% (in cache)"
+"""A share above the roofline: capped, and why. The roofline's bytes floor is the DRAM bandwidth
+measured on a buffer far larger than the caches; a call whose data stays in a cache runs faster than
+that floor, and no cache bandwidth is measured to hold it to. The time is at (past) the floor that
+was measured; a share of it above 100% would only say how much the cache beats DRAM."""
+
+
 def fmt_fraction(value: float | None) -> str:
-    """A share of the roofline as a percentage: ``93%``, ``4.2%``, ``0.31%``."""
+    """A share of the roofline as a percentage: ``93%``, ``4.2%``, ``0.31%``; above the roofline
+    (data in cache), ``100% (in cache)``, never a share above 100%."""
     if value is None:
         return "-"
+    if value > 1.0:
+        return ABOVE_DRAM
     pct = 100 * value
     return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
 

@@ -132,6 +132,23 @@ def script_for(folder: Path, names: Sequence[str]) -> Path:
                      "add one of those files, or pass --responses FILE.jsonl")
 
 
+def check_script(source: Path, names: Sequence[str], *, turns: int, trajectories: int) -> Path:
+    """The script a run of ``turns`` x ``trajectories`` will replay (``source``, or its file in a
+    folder for the first of ``names`` that has one), checked before the run starts: it exists, reads,
+    and holds an answer for every turn asked for (``UsageError`` otherwise, exit 2), rather than a
+    run that stops at the turn it runs out, after the work before it was spent."""
+    source = Path(source)
+    path = script_for(source, names) if source.is_dir() else source
+    have, needed = len(_load(path)), turns * trajectories
+    if have < needed:
+        per = f" x {trajectories} trajectories" if trajectories != 1 else ""
+        fits = have // trajectories
+        raise UsageError(f"the script {path} has {have} response{'' if have == 1 else 's'}; {turns} turns{per} "
+                         f"need {needed}",
+                         f"pass --turns {fits} or fewer, or add responses" if fits else "add responses")
+    return path
+
+
 def _load(path: Path) -> list[dict[str, str]]:
     """The script's responses; a script that cannot be read is bad input (exit 2), like a bad flag."""
     if not path.is_file():

@@ -58,11 +58,12 @@ class Bench:
     def new(cls, paths: Sequence[Path], overrides: dict, registry: Registry, *, root: Path, ray=None) -> Bench:
         """Tasks found (exit 2 when none), the cluster and the backend checked (exit 3), then the
         bench's folder made; nothing runs yet."""
-        from ..run.launch import resolve_device
+        from ..run.launch import check_scripts, keep_out_of_git, resolve_device
 
         config = load_config(overrides)
         config = config.model_copy(update={"device": resolve_device(config)})
-        find_tasks(paths)  # bad paths are refused before anything connects
+        # Bad paths, and scripts missing or short, are refused before anything connects.
+        check_scripts(config, [(Path(t.path), [Path(t.path).stem]) for t in find_tasks(paths)])
         if ray is not None:
             ray.connect()
         backend = cls._check_backend(config, registry, ray)
@@ -71,6 +72,8 @@ class Bench:
             store = new_bench(paths, config, bench_settings({**overrides, "device": config.device,
                                                              "trajectories": config.trajectories}),
                               root, where=ray.where if ray is not None else "local", model=backend.model)
+            if ".kevin" in store.dir.resolve().parts:
+                keep_out_of_git(store.dir)  # as a run's .kevin/runs: git status never shows the bench
         except BaseException:
             backend.close()
             raise
@@ -112,6 +115,9 @@ class Bench:
         started = time.monotonic()
         done = len(store.results())
         sink.bench_started(store.info.bench_id, store.dir, len(store.info.tasks), done, store.info.where)
+        if not done:
+            for path, why in store.info.skipped.items():
+                sink.note(f"skipped {path}: {why}")
         store.update_info(status="running")
         finished = False
         try:
@@ -133,4 +139,12 @@ class Bench:
             write_table(store, device_name=device_name_of(store))
         if signals.signum is not None:
             return ExitCode.for_signal(signals.signum)
-        return ExitCode.OK if finished else ExitCode.INTERRUPTED
+        if not finished:
+            return ExitCode.INTERRUPTED
+        return ExitCode.NONE if none_ran(store) else ExitCode.OK
+
+
+def none_ran(store: BenchStore) -> bool:
+    """Every task has a row and each is a failure (no task's run got going): the bench measured nothing."""
+    results = store.results()
+    return bool(results) and not store.pending() and all(r.status == "failed" for r in results.values())

@@ -20,7 +20,7 @@ from ..results.winner import winner
 from ..store import now_iso, read_info, read_records
 from .store import BenchStore, new_bench_id
 from .table import write_table
-from .tasks import find_tasks
+from .tasks import scan
 
 SETTINGS = ("turns", "trajectories", "search", "beam_width", "backend", "model", "base_url", "responses", "device",
             "tolerance", "atol", "rtol", "class_name", "target_speedup", "stop_at_roofline", "correctness_trials",
@@ -38,13 +38,14 @@ def bench_settings(overrides: dict) -> dict:
 def new_bench(paths: Sequence[Path], config: RunConfig, settings: dict, root: Path, *, where: str,
               model: str) -> BenchStore:
     """A new bench over the task files ``paths`` name (``UsageError`` when they name none)."""
-    tasks = find_tasks(paths)
+    found = scan(paths)
+    tasks = found.tasks
     if not tasks:
         raise UsageError("no task files to bench", "pass folders of task files or a text file listing them")
     info = BenchInfo(bench_id=new_bench_id([str(p) for p in paths]), created_at=now_iso(),
                      paths=[str(Path(p).resolve()) for p in paths], tasks=tasks, settings=settings,
                      device=config.device or "", backend=config.backend, model=model,
-                     trajectories=config.trajectories, turns=config.turns, where=where)
+                     trajectories=config.trajectories, turns=config.turns, where=where, skipped=found.skipped)
     root.mkdir(parents=True, exist_ok=True)
     return BenchStore.create(root, info)
 

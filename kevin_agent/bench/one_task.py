@@ -66,7 +66,8 @@ def run_task(task: BenchTask, config: RunConfig, runs_root: Path, *, backend: Ba
         try:
             engine = session.open(sink)
         except KevinError as exc:
-            return TaskOutcome(failed(task, str(exc), wall_s=round(time.monotonic() - started, 2)))
+            error = exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")
+            return TaskOutcome(failed(task, error, wall_s=round(time.monotonic() - started, 2)))
         on_engine(engine)
         try:
             ending = session.drive()

@@ -32,7 +32,8 @@ def build_table(store: BenchStore, *, device_name: str = "") -> BenchTable:
         device_name=device_name, backend=info.backend, model=info.model, trajectories=info.trajectories,
         turns=info.turns, where=info.where, tasks_total=len(info.tasks), tasks_done=len(rows),
         pending=[t.task_id for t in info.tasks if t.task_id not in results], rows=rows,
-        overall=metrics(rows, k) if rows else None, levels=by_level, wall_s=round(info.wall_s, 1))
+        overall=metrics(rows, k) if rows else None, levels=by_level, wall_s=round(info.wall_s, 1),
+        skipped=info.skipped)
 
 
 CSV_FIELDS = ["task_id", "level", "status", "correct", "correct_trajectories", "trajectories", "speedup",
@@ -52,13 +53,8 @@ def table_csv(table: BenchTable) -> str:
             "ci95_low": _num(row.ci95[0] if row.ci95 else None), "ci95_high": _num(row.ci95[1] if row.ci95 else None),
             "speedup_vs_compile": _num(row.speedup_vs_compile), "first_correct_turn": row.first_correct_turn or "",
             "turns_done": row.turns_done, "wall_s": f"{row.wall_s:.1f}", "eval_device_s": f"{row.eval_device_s:.2f}",
-            "run_id": row.run_id or "", "kernel": row.kernel or "", "error": _first_line(row.error)})
+            "run_id": row.run_id or "", "kernel": row.kernel or "", "error": (row.error or "").strip()})
     return out.getvalue()
-
-
-def _first_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def _num(value: float | None) -> str:
@@ -71,8 +67,9 @@ def _pct(value: float) -> str:
 
 def _row_cells(row: TaskResult) -> list[str]:
     per = "".join("✓" if t.correct else "·" for t in row.trajectories) or "-"
-    if row.status == "failed":
-        return [row.task_id, "failed", per, "-", "-", "-", (_first_line(row.error) or "failed")[:70]]
+    if row.status == "failed":  # its error in full under the table: a cell holds one short line
+        return [row.task_id, "failed (below)", per, "-", "-", "-", f"{fmt_seconds(row.wall_s)}, {row.turns_done} "
+                f"turn{'s' if row.turns_done != 1 else ''}"]
     speedup = fmt_speedup(row.speedup) + (" conf" if row.confirmed else "") if row.correct else "-"
     return [row.task_id, "correct" if row.correct else "incorrect", per, speedup,
             fmt_speedup(row.speedup_vs_compile) if row.correct else "-",
@@ -117,6 +114,13 @@ def render_markdown(table: BenchTable) -> str:
     lines += ["## Tasks", ""]
     lines += _md_table(["task", "result", "per trajectory", "best speedup", "vs torch.compile", "first correct turn",
                         "time"], [_row_cells(r) for r in table.rows])
+    failed = [r for r in table.rows if r.status == "failed"]
+    if failed:
+        lines += ["", "## Failed tasks", ""]
+        for r in failed:
+            lines += [f"{r.task_id} ({r.path}):", "", "```", (r.error or "failed").strip(), "```", ""]
+    if table.skipped:
+        lines += ["", "## Skipped (not task files)", "", *(f"- {path}: {why}" for path, why in table.skipped.items())]
     if table.overall is not None:
         lines += ["", f"## Over the bench ({table.overall.tasks} tasks; an incorrect or failed task counts 0, "
                       "fast_p counts every task in N)", "", *metrics_lines(table.overall)]

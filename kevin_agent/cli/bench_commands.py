@@ -99,7 +99,7 @@ def cmd_resume_bench(args, registry) -> int:
 
 def drive(bench, args) -> int:
     """Drive the bench with progress on stderr, then print its table on stdout."""
-    from ..bench import build_table, render_markdown
+    from ..bench import build_table, none_ran, render_markdown
     from ..run.interrupts import HeadlessSignals
     from .bench_progress import BenchPrinter
 
@@ -114,6 +114,9 @@ def drive(bench, args) -> int:
     if table.pending:
         say += f"; {len(table.pending)} tasks not finished: kevin-opt resume {store.info.bench_id}"
     print(say, file=sys.stderr)
+    if none_ran(store):
+        print(f"kevin-opt: error: no task of the bench ran: all {len(table.rows)} failed (their errors are in the "
+              f"table above)", file=sys.stderr)
     if getattr(args, "json_path", None):
         write_json(args.json_path, table)
     return code

@@ -29,6 +29,9 @@ ERROR_WIDTH = 160
 LONG_STAGE_S = 15.0
 """A stage running this long is said again, and again each time it has run twice as long."""
 TICK_S = 1.0
+TOKEN_STREAMS = {"openai", "vllm"}
+"""Backends whose streamed deltas are the model's tokens, one each (vLLM streams a token a chunk);
+another's (replayed scripts: 24 characters a chunk) are counted by their characters, about four a token."""
 
 
 @contextlib.contextmanager
@@ -103,6 +106,9 @@ class ProgressPrinter:
         self._lock = threading.Lock()
         self._stages: dict[tuple[int, int], tuple[str, float, float]] = {}
         """(trajectory, turn) -> (stage, since, when it is said again)."""
+        self._streamed: dict[tuple[int, int], list[int]] = {}
+        """(trajectory, turn) -> [deltas, characters] streamed so far while it generates."""
+        self._per_token = True
 
     def _out(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -128,7 +134,23 @@ class ProgressPrinter:
             for (trajectory, turn), (stage, since, due) in sorted(self._stages.items()):
                 if now >= due:
                     self._stages[(trajectory, turn)] = (stage, since, since + 2 * (now - since))
-                    self._out(f"{self._where(trajectory, turn)} {stage}, {fmt_clock(now - since)} so far")
+                    streamed = f", {self.streamed_words(trajectory, turn)}" if stage == "generating" else ""
+                    self._out(f"{self._where(trajectory, turn)} {stage}, {fmt_clock(now - since)} so far{streamed}")
+
+    def streamed_tokens(self, trajectory: int, turn: int) -> int | None:
+        """Tokens streamed so far for a turn that generates (None before its first)."""
+        deltas, chars = self._streamed.get((trajectory, turn), (0, 0))
+        if not deltas:
+            return None
+        return deltas if self._per_token else (chars + 3) // 4
+
+    def streamed_words(self, trajectory: int, turn: int) -> str:
+        """What a generating turn has streamed: its tokens, or that the server has sent none yet
+        (one that answers whole, or holds the request in its queue: only the time tells)."""
+        tokens = self.streamed_tokens(trajectory, turn)
+        if tokens is None:
+            return "no tokens streamed yet"
+        return f"{'' if self._per_token else '~'}{tokens:,} tokens streamed"
 
     @contextlib.contextmanager
     def ticking(self) -> Iterator[ProgressPrinter]:
@@ -142,8 +164,13 @@ class ProgressPrinter:
             self._emit(event)
 
     def _emit(self, event: ev.Event) -> None:
-        if isinstance(event, ev.RunStarted):
+        if isinstance(event, ev.TokenDelta):
+            counts = self._streamed.setdefault((event.trajectory, event.turn), [0, 0])
+            counts[0] += 1
+            counts[1] += len(event.text)
+        elif isinstance(event, ev.RunStarted):
             self.turns = event.turns
+            self._per_token = event.backend in TOKEN_STREAMS
             resumed = f", resuming after {counted(event.resumed_turns, 'finished turn')}" if event.resumed_turns else ""
             self._out(f"kevin-opt: run {event.run_id}: {event.task} on {event.device} ({event.device_name}), "
                       f"{event.backend} / {event.model}, {event.trajectories} x {counted(event.turns, 'turn')}"
@@ -155,8 +182,17 @@ class ProgressPrinter:
                        if event.dropped_attempts else "")
             self._out(f"{self._where(event.trajectory, event.turn)} generating{dropped}")
         elif isinstance(event, ev.GenerationFinished):
-            self._enter(event.trajectory, event.turn, "queued")
-            tokens = f"{event.completion_tokens} tokens, " if event.completion_tokens else ""
+            # Its answer is in; it waits for a build slot or the device (not for the server).
+            self._enter(event.trajectory, event.turn, "waiting to be evaluated")
+            streamed = self.streamed_tokens(event.trajectory, event.turn)
+            self._streamed.pop((event.trajectory, event.turn), None)
+            if event.completion_tokens and self._per_token:
+                tokens = f"{event.completion_tokens:,} tokens (the server's count"
+                tokens += f", {streamed:,} streamed), " if streamed and streamed != event.completion_tokens else "), "
+            elif event.completion_tokens:
+                tokens = f"{event.completion_tokens:,} tokens, "
+            else:
+                tokens = f"{streamed:,} tokens streamed (the server gave no count), " if streamed else ""
             cancelled = " (cancelled)" if event.cancelled else ""
             self._out(f"{self._where(event.trajectory, event.turn)} response: {tokens}{event.seconds:.1f} s{cancelled}")
         elif isinstance(event, ev.EvalStage):

@@ -88,6 +88,7 @@ def merged_signatures(per_member: Sequence[Sequence[SignatureCount]]) -> list[Si
                 continue
             mine = merged[sig.key]
             mine.calls += sig.calls
+            mine.aliased = mine.aliased and sig.aliased
             mine.args = [_widen(a, b, seen[sig.key]) for a, b in zip(mine.args, sig.args)]
             seen[sig.key] += 1
     return sorted(merged.values(), key=lambda s: -s.calls)

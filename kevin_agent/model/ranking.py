@@ -30,8 +30,9 @@ MIN_SAVING = 0.001
 
 
 def _moved(module: ModuleProfile) -> int:
-    """Per forward: the bytes of every call's inputs and outputs."""
-    return sum(s.calls * (s.input_bytes + s.output_bytes) for s in module.signatures)
+    """Per forward: the bytes of every call's inputs and outputs (none for a call that returns its
+    input or a view of it: it reads and writes nothing)."""
+    return sum(s.calls * (s.input_bytes + s.output_bytes) for s in module.signatures if not s.aliased)
 
 
 def floor_ms(module: ModuleProfile, bandwidth_gb_s: float, device: str) -> float:
@@ -46,6 +47,8 @@ def roofline_fraction(module: ModuleProfile, profile: ModelProfile) -> float | N
     """What the module reaches now: its roofline (its bytes at the measured bandwidth, its FLOPs at
     the measured FLOP rate, no headroom) over its time per forward."""
     rate = profile.flop_rate_tflop_s
+    if module.moves_nothing:
+        return None
     roof = roofline(_moved(module), profile.bandwidth_gb_s * 1e6, flops=module.flops or None,
                     flops_per_ms=rate * 1e9 if rate else None)
     return fraction(roof, module.time_ms)

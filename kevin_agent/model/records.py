@@ -58,6 +58,9 @@ class SignatureCount(BaseModel):
     args: list[ArgSpec]
     output_bytes: int = 0
     """Bytes of the tensors one such call returns."""
+    aliased: bool = False
+    """Every tensor it returns is one of its inputs or a view of one (Dropout in eval, a reshape): the
+    call moves no bytes, and has no floor and no roofline share."""
 
     @property
     def input_bytes(self) -> int:
@@ -124,6 +127,11 @@ class ModuleProfile(BaseModel):
     def headline(self) -> SignatureCount | None:
         return self.signatures[0] if self.signatures else None
 
+    @property
+    def moves_nothing(self) -> bool:
+        """Every call returns its input or a view of it (``SignatureCount.aliased``): no bytes, no roofline."""
+        return bool(self.signatures) and all(s.aliased for s in self.signatures)
+
 
 class ModuleGroup(BaseModel):
     """Module instances that compute the same thing (``groups``): one task, one kernel, installed at
@@ -161,6 +169,11 @@ class ModuleGroup(BaseModel):
     def path(self) -> str:
         """The first member: the one ``extract`` captures."""
         return self.members[0] if self.members else ""
+
+    @property
+    def moves_nothing(self) -> bool:
+        """Every call returns its input or a view of it (``SignatureCount.aliased``): no bytes, no roofline."""
+        return bool(self.signatures) and all(s.aliased for s in self.signatures)
 
 
 class ModelProfile(Record):

@@ -17,7 +17,19 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%" if value < 0.995 else f"{100 * value:.0f}%"
 
 
+def roofline_cell(m: ModuleProfile | ModuleGroup) -> str:
+    """The share of its roofline a module reaches: none for one that moves no bytes (an identity, a
+    view: Dropout in eval), and never above 100% (``formatting.ABOVE_DRAM``: data in cache)."""
+    if m.moves_nothing:
+        return "—"
+    if m.roofline is None:
+        return ""
+    return "100% cache" if m.roofline > 1.0 else _pct(m.roofline)
+
+
 def note(m: ModuleProfile | ModuleGroup) -> str:
+    if m.moves_nothing:
+        return "moves no bytes (returns its input or a view)"
     if m.library:
         return LIBRARY_WORDS.get(m.library, m.library)
     if m.library_ms > 0 and m.time_ms > 0:
@@ -38,7 +50,7 @@ def cells(m: ModuleProfile | ModuleGroup) -> tuple[str, ...]:
         f"{m.time_ms:.3g}" if m.time_ms < 100 else f"{m.time_ms:.0f}",
         _pct(m.share),
         "" if m.amdahl is None else f"{m.amdahl:.2f}x" if m.amdahl < 100 else ">100x",
-        "" if root or m.roofline is None else _pct(m.roofline),
+        "" if root else roofline_cell(m),
         "" if root else _pct(m.headroom),
         "" if root else _pct(m.own_saving) if m.rank is not None else "-",
         note(m),

@@ -63,6 +63,8 @@ class BenchInfo(Versioned):
     """``local`` (tasks in turn on this machine), or ``ray <address>``."""
     wall_s: float = 0.0
     """Time the bench has been driven, over every session that drove it."""
+    skipped: dict[str, str] = Field(default_factory=dict)
+    """Files of the given folders that are not task files (a whole model, a kernel, a helper), with why."""
 
 
 class TrajectoryResult(BaseModel):
@@ -174,4 +176,6 @@ class BenchTable(Record):
     overall: Metrics | None = None
     levels: dict[str, Metrics] = Field(default_factory=dict)
     """The same table per KernelBench level, where the paths are levels."""
+    skipped: dict[str, str] = Field(default_factory=dict)
+    """Files of the bench's folders that are not task files, with why (``BenchInfo.skipped``)."""
     wall_s: float = 0.0

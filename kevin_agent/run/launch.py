@@ -70,7 +70,7 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
         if not given and isinstance(backend, ChecksFirst):
             backend.check()
         if isinstance(backend, Replaying):
-            backend.cue(list(names) or [task.path.stem], skip)
+            backend.cue(script_names(names, task.path, config.device), skip)
         elif given and config.backend in registry.replaying:
             raise ConfigError(f"the {config.backend} backend replays one run's responses and cannot serve "
                               "several runs", "give it a cue(names, skip) method (see protocols.Replaying)")
@@ -80,6 +80,37 @@ def _probe_and_connect(registry: Registry, task: Task, config: RunConfig, settin
             backend.close()
         raise
     return evaluator, backend
+
+
+def script_names(names: Sequence[str], task_path: Path, device: str | None) -> list[str]:
+    """What a folder of scripts may file a task's under: each of ``names`` (else the task file's
+    stem), then the same with the device (``rmsnorm.cpu``, as the examples name theirs)."""
+    base = list(names) or [Path(task_path).stem]
+    return base + [f"{name}.{device}" for name in base if device]
+
+
+def check_scripts(config: RunConfig, tasks: Sequence[tuple[Path, Sequence[str]]]) -> None:
+    """With replayed scripts, each task's (its file, the names its script may be filed under) is
+    there and answers every turn asked for, checked before anything starts; one ``UsageError`` that
+    names every task whose script is missing or short."""
+    if config.backend != "scripted" or config.responses is None:
+        return
+    from ..backends.scripted import check_script
+    from ..errors import UsageError
+
+    problems: list[UsageError] = []
+    for task_path, names in tasks:
+        try:
+            check_script(config.responses, script_names(names, task_path, config.device), turns=config.turns,
+                         trajectories=config.trajectories or 1)
+        except UsageError as exc:
+            problems.append(exc)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise UsageError(f"{len(problems)} tasks cannot be answered from --responses {config.responses}:\n"
+                         + "\n".join(f"  {p.message}" for p in problems),
+                         "add the scripts (or responses) they lack, lower --turns, or leave those tasks out")
 
 
 def open_backend(config: RunConfig, registry: Registry | None = None) -> Backend:
@@ -130,6 +161,7 @@ def start_run(config: RunConfig, task_file: Path, sink: EventSink, *, registry: 
         registry.device_factory(config.device)
     task = load_task(task_file, config.class_name)
     config = config.model_copy(update={"device": resolve_device(config)})
+    check_scripts(config, [(task.path, names)])
     settings, overlaps, layout = _placement(config)
     owned = backend is None
     evaluator, backend = _probe_and_connect(registry, task, config, settings, backend=backend, names=names)

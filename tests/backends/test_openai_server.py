@@ -265,3 +265,44 @@ def test_a_server_without_the_model_is_said_before_the_run(tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert "does not serve model 'Kevin-32B'" in proc.stderr and "--model kevin-small" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_progress_counts_tokens_as_they_stream_and_gives_the_servers_count_at_the_end(server_log):
+    """A real server streaming a token every 20 ms: the headless progress says how many tokens a
+    turn that generates long has streamed so far (nothing, before the first), and at its end the
+    server's own count beside them; after it, the turn waits for evaluation, not for the server."""
+    import io
+
+    from kevin_agent import events as ev
+    from kevin_agent.cli.progress import LONG_STAGE_S, ProgressPrinter
+
+    now = [0.0]
+    out = io.StringIO()
+    printer = ProgressPrinter(out, turns=1, clock=lambda: now[0])
+    printer.emit(ev.TurnStarted(trajectory=0, turn=1))
+    now[0] += LONG_STAGE_S
+    printer.tick()
+    assert out.getvalue().splitlines()[-1] == "[t0 turn 1/1] generating, 0:15 so far, no tokens streamed yet"
+    with serverproc.start_sse_server("--content", ANSWER, "--chunk-chars", "1", "--chunk-delay", "0.02",
+                                     "--log", str(server_log)) as server:
+        backend = backend_for(server.url)
+        ticked: list[str] = []
+
+        def on_token(i, channel, text):
+            printer.emit(ev.TokenDelta(trajectory=0, turn=1, channel=channel, text=text))
+            if not ticked and printer.streamed_tokens(0, 1) == 20:  # mid-stream: the person looks
+                now[0] += LONG_STAGE_S
+                printer.tick()
+                ticked.append(out.getvalue().splitlines()[-1])
+
+        (gen,) = backend.generate(["write a kernel"], on_token=on_token)
+        backend.close()
+    assert ticked == ["[t0 turn 1/1] generating, 0:30 so far, 20 tokens streamed"]
+    streamed = printer.streamed_tokens(0, 1)
+    assert 20 < streamed <= len(ANSWER)  # a delta a chunk, less the <think> tags the stream hides
+    printer.emit(ev.GenerationFinished(trajectory=0, turn=1, completion_tokens=gen.completion_tokens, seconds=1.5))
+    assert out.getvalue().splitlines()[-1] == (f"[t0 turn 1/1] response: 22 tokens (the server's count, {streamed} "
+                                               "streamed), 1.5 s")
+    now[0] += 4 * LONG_STAGE_S
+    printer.tick()
+    assert out.getvalue().splitlines()[-1] == "[t0 turn 1/1] waiting to be evaluated, 1:00 so far"

@@ -65,3 +65,36 @@ def test_a_file_is_served_from_the_start_to_every_run(tmp_path):
     assert [g.text for g in backend.generate(["p", "q"])] == ["a", "b"]
     backend.cue(["anything"], 0)
     assert [g.text for g in backend.generate(["p"])] == ["a"]
+
+
+def test_a_script_is_checked_before_the_run_for_every_turn_it_must_answer(folder, tmp_path):
+    from kevin_agent.backends.scripted import check_script
+    from kevin_agent.config import load_config
+    from kevin_agent.run.launch import check_scripts, script_names
+
+    assert check_script(folder, ["softmax"], turns=2, trajectories=1) == folder / "softmax.jsonl"
+    with pytest.raises(UsageError) as short:
+        check_script(folder, ["softmax"], turns=3, trajectories=1)
+    assert short.value.message == f"the script {folder / 'softmax.jsonl'} has 2 responses; 3 turns need 3"
+    assert short.value.hint == "pass --turns 2 or fewer, or add responses"
+    with pytest.raises(UsageError, match="1 response; 2 turns x 2 trajectories need 4") as wide:
+        check_script(folder, ["RowNorm"], turns=2, trajectories=2)
+    assert wide.value.hint == "add responses"  # not even one turn of two trajectories
+    with pytest.raises(UsageError, match="does not exist"):
+        check_script(tmp_path / "nowhere.jsonl", ["softmax"], turns=1, trajectories=1)
+
+    # The examples name their scripts by device: rmsnorm.cpu.jsonl serves a cpu run of rmsnorm.py.
+    write(folder / "rmsnorm.cpu.jsonl", "cpu 0")
+    assert script_names([], tmp_path / "rmsnorm.py", "cpu") == ["rmsnorm", "rmsnorm.cpu"]
+    assert script_for(folder, script_names([], tmp_path / "rmsnorm.py", "cpu")) == folder / "rmsnorm.cpu.jsonl"
+
+    # Many tasks: one error naming each that cannot be answered, none for those that can.
+    config = load_config({"backend": "scripted", "responses": folder, "device": "cpu", "turns": 2})
+    check_scripts(config, [(tmp_path / "softmax.py", [])])
+    with pytest.raises(UsageError) as many:
+        check_scripts(config, [(tmp_path / "softmax.py", []), (tmp_path / "rmsnorm.py", []),
+                               (tmp_path / "gelu.py", [])])
+    text = many.value.message
+    assert text.startswith(f"2 tasks cannot be answered from --responses {folder}")
+    assert "rmsnorm.cpu.jsonl has 1 response; 2 turns need 2" in text
+    assert "looked for gelu.jsonl, gelu.cpu.jsonl" in text and "softmax" not in text

@@ -34,6 +34,7 @@ def six_tasks(tmp_path: Path) -> Path:
         shutil.copy(EXAMPLES / source, tasks / f"{stem}.py")
         (scripts / f"{stem}.jsonl").write_text(response + "\n")
     (tasks / "broken.py").write_text("import torch\n\ndef get_inputs():\n    return [torch.randn(4)]\n")
+    (scripts / "broken.jsonl").write_text(r[0] + "\n")  # scripts are checked before the bench starts
     subprocess.run(["git", "-C", repo, "add", "."], check=True)
     subprocess.run(["git", "-C", repo, "commit", "-qm", "tasks"], check=True)
     return repo

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import subprocess
 
 from ..clihelp import kevin
 from ..conftest import EXAMPLES, git_init
@@ -130,6 +131,57 @@ def test_history_lists_benches_beside_runs_and_show_prints_a_benchs_table(tmp_pa
     assert "1/1" in plain.stdout and "no runs" not in plain.stdout  # a bench is something stored
     shown = kevin("show", "bench-20250101", cwd=repo)  # a unique prefix, as for runs
     assert shown.returncode == 0, shown.stderr
-    assert "| tasks/softmax | failed |" in shown.stdout and "fast_p" in shown.stdout
+    assert "| tasks/softmax | failed (below) |" in shown.stdout and "no Model" in shown.stdout and "fast_p" in shown.stdout
     missing = kevin("show", "bench-nope", cwd=repo)
     assert missing.returncode == 2 and "no bench 'bench-nope'" in missing.stderr
+
+
+def test_a_bench_of_the_examples_folder_runs_its_tasks_names_what_it_skipped_and_stays_out_of_git(tmp_path):
+    """The examples as they are: three task files with device-named scripts (rmsnorm.cpu.jsonl), two
+    whole models and, here, a kernel a run delivered; turn 1 of each script is a parse error (no build)."""
+    repo = git_init(tmp_path / "proj")
+    shutil.copytree(EXAMPLES, repo / "examples")
+    (repo / "examples" / "softmax_kevin.py").write_text(
+        "import torch\nclass ModelNew(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\n")
+    proc = kevin("bench", "examples", "--device", "cpu", "--backend", "scripted", "--responses", "examples",
+                 "--turns", "1", "--headless", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    bench_dir = next((repo / ".kevin" / "benches").iterdir())
+    table = json.loads((bench_dir / "table.json").read_text())
+    assert [r["task_id"] for r in table["rows"]] == ["examples/bias_gelu", "examples/rmsnorm", "examples/softmax"]
+    assert all(r["status"] == "done" and r["turns_done"] == 1 for r in table["rows"])
+    for name, why in (("layer_stack.py", "a whole model (get_model())"), ("mlp_block.py", "a whole model"),
+                      ("softmax_kevin.py", "a kernel (class ModelNew)")):
+        assert f"skipped examples/{name}: {why}" in proc.stderr  # as the path was given
+        assert f"- examples/{name}: {why}" in (bench_dir / "table.md").read_text()
+    # Like a run's .kevin/runs, the bench's folder never shows in the person's git status.
+    assert ".kevin/" in (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    status = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert ".kevin" not in status and "examples/" in status
+
+
+def test_a_script_missing_or_short_for_any_task_is_refused_before_the_bench_starts(tmp_path):
+    repo = project(tmp_path)
+    shutil.copy(repo / "tasks" / "softmax.py", repo / "tasks" / "softmax2.py")
+    proc = kevin(*scripted()[:-2], "2", "--headless", cwd=repo)  # two turns; softmax's script has one answer
+    assert proc.returncode == 2, proc.stderr
+    assert "2 tasks cannot be answered from --responses responses" in proc.stderr
+    assert "responses/softmax.jsonl has 1 response; 2 turns need 2" in proc.stderr
+    assert "looked for softmax2.jsonl, softmax2.cpu.jsonl" in proc.stderr
+    assert "Traceback" not in proc.stderr and no_bench(repo)
+
+
+def test_a_bench_where_no_task_ran_exits_1_and_its_table_says_each_error_in_full(tmp_path):
+    repo = project(tmp_path)
+    (repo / "tasks" / "softmax.py").unlink()
+    for name in ("no_model", "no_model2"):
+        (repo / "tasks" / f"{name}.py").write_text("import torch\n\ndef get_inputs():\n    return [torch.randn(4)]\n")
+        shutil.copy(repo / "responses" / "softmax.jsonl", repo / "responses" / f"{name}.jsonl")
+    proc = kevin(*scripted(), cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "no task of the bench ran: all 2 failed" in proc.stderr
+    table = (next((repo / ".kevin" / "benches").iterdir()) / "table.md").read_text()
+    assert "| tasks/no_model | failed (below) | - | - | - | - |" in table
+    error = json.loads(next((repo / ".kevin" / "benches").iterdir()).joinpath("table.json").read_text())["rows"][0]
+    assert "\nhint: " in error["error"]
+    assert "## Failed tasks" in table and error["error"] in table  # every line of it, hint included

@@ -92,8 +92,9 @@ def test_inputs_that_fail_to_build_exit_2(tmp_path):
         "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
         "def get_inputs():\n    return [torch.randn(4, 'eight')]\ndef get_init_inputs():\n    return []\n"
     )
+    (tmp_path / "r.jsonl").write_text('{"text": "no code"}\n')
     proc = kevin("run", task, "--device", "cpu", "--backend", "scripted", "--responses", tmp_path / "r.jsonl",
-                 "--run-dir", tmp_path / "runs", "--headless")
+                 "--turns", "1", "--run-dir", tmp_path / "runs", "--headless")
     assert_clean_failure(proc, 2, str(task), "get_inputs")
 
 

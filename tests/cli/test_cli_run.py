@@ -19,10 +19,23 @@ def write_script(path, *responses):
     return path
 
 
-def test_script_running_out_keeps_finished_turns_and_exits_3(tmp_path):
+def test_a_short_script_is_refused_before_the_run_and_running_out_later_keeps_finished_turns(tmp_path):
     script = write_script(tmp_path / "r.jsonl", NO_CODE, CHEAT)
-    proc = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "3",
-                 "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json", "--no-commit")
+    refused = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "3",
+                    "--run-dir", tmp_path / "runs", "--no-commit")
+    assert refused.returncode == 2, refused.stderr
+    assert f"the script {script} has 2 responses; 3 turns need 3" in refused.stderr
+    assert "pass --turns 2 or fewer" in refused.stderr and not (tmp_path / "runs").exists()
+    missing = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", tmp_path / "nope.jsonl",
+                    "--run-dir", tmp_path / "runs", "--no-commit")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and not (tmp_path / "runs").exists()
+
+    first = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "2",
+                  "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json", "--no-commit")
+    assert first.returncode == 1, first.stderr
+    run_id = json.loads((tmp_path / "s.json").read_text())["run_id"]
+    # A resume asked for more turns than the script holds runs out at the turn it needs one more.
+    proc = kevin("resume", run_id, "--turns", "3", "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json")
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "2 finished turns are saved" in proc.stderr and "kevin-opt resume" in proc.stderr
@@ -104,9 +117,9 @@ def _strip_schema(run) -> None:
 
 def test_the_run_store_says_its_layout_and_resume_reads_the_ones_it_knows(tmp_path):
     script = write_script(tmp_path / "r.jsonl", NO_CODE, CHEAT)
-    first = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "3",
+    first = kevin("run", EX, "--device", "cpu", "--backend", "scripted", "--responses", script, "--turns", "2",
                   "--run-dir", tmp_path / "runs", "--json", tmp_path / "s.json", "--no-commit")
-    assert first.returncode == 3, first.stderr
+    assert first.returncode == 1, first.stderr
     run_id = json.loads((tmp_path / "s.json").read_text())["run_id"]
     run = tmp_path / "runs" / run_id
     assert json.loads((run / "run.json").read_text())["schema"] == 1
@@ -115,7 +128,7 @@ def test_the_run_store_says_its_layout_and_resume_reads_the_ones_it_knows(tmp_pa
     # A run written before the layout was numbered resumes as one of the first layout.
     _strip_schema(run)
     write_script(script, NO_CODE, CHEAT, NO_CODE)
-    again = kevin("resume", run_id, "--run-dir", tmp_path / "runs", "--json", tmp_path / "s2.json")
+    again = kevin("resume", run_id, "--turns", "3", "--run-dir", tmp_path / "runs", "--json", tmp_path / "s2.json")
     assert again.returncode == 1, again.stderr
     summary = json.loads((tmp_path / "s2.json").read_text())
     assert [t["status"] for t in summary["turns"]] == ["parse_error", "check_failed", "parse_error"]

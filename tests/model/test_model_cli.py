@@ -53,7 +53,7 @@ def test_profile_ranks_the_example_around_its_activation(repo):
     assert ranked[0] == "act", ranked
     assert modules["up"]["library"] == modules["down"]["library"] == "gemm" and modules["up"]["rank"] is None
     act = modules["act"]
-    assert act["signatures"] == [{"key": "float32[4096,512]", "calls": 1, "output_bytes": 4096 * 512 * 4,
+    assert act["signatures"] == [{"key": "float32[4096,512]", "calls": 1, "output_bytes": 4096 * 512 * 4, "aliased": False,
                                   "args": [act["signatures"][0]["args"][0]]}]
     assert act["calls"] == 1 and act["share"] > 0.2 and act["amdahl"] == pytest.approx(1 / (1 - act["share"]))
     assert 0 < act["floor_ms"] < act["time_ms"] and act["saving"] == pytest.approx(act["share"] * act["headroom"])

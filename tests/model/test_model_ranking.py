@@ -115,3 +115,50 @@ def test_each_module_reaches_a_share_of_its_roofline_from_its_bytes_or_its_flops
     header = table_lines(ranked, width=120)[0].split()
     assert header[header.index("roofline") + 1] == "headroom"
     assert cells(a)[7] == f"{100 * a.roofline:.1f}%" and cells(ranked.modules[0])[7] == ""
+
+
+def test_a_module_that_moves_no_bytes_has_no_roofline_share_and_none_is_shown_above_100():
+    # drop: Dropout in eval (returns its input) timed at 2 us: counted by its bytes it would read
+    # 4 MB / 10 GB/s = 0.84 ms, 42000% of its time. norm: faster than its DRAM floor (data in cache).
+    drop = module("drop", 0.002, cls="Dropout").model_copy(
+        update={"signatures": [sig((1024, 1024)).model_copy(update={"aliased": True})]})
+    ranked = rank(profile(module("", 100.0, children=["drop", "norm"]), drop, module("norm", 0.5)))
+    d, n = ranked.module("drop"), ranked.module("norm")
+    assert d.moves_nothing and d.roofline is None and d.floor_ms == 0.0
+    assert cells(d)[7] == "—" and cells(d)[-1] == "moves no bytes (returns its input or a view)"
+    assert n.roofline > 1.0 and cells(n)[7] == "100% cache"  # 8 MiB at 10 GB/s is 0.84 ms > 0.5 ms
+    group = next(g for g in ranked.groups if g.name == "drop")
+    assert group.moves_nothing and cells(group)[7] == "—"
+
+
+def test_the_profile_sees_which_calls_return_their_input_unwritten():
+    """A real model's forward under the profile's hooks: Dropout in eval and a view move nothing;
+    an in-place ReLU (same storage, written) and a copy do."""
+    import torch
+
+    from kevin_agent.formatting import fmt_fraction
+    from kevin_agent.model.worker.loading import LoadedModel
+    from kevin_agent.model.worker.profiling import record_calls
+
+    class View(torch.nn.Module):
+        def forward(self, x):
+            return x.view(-1)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.drop = torch.nn.Dropout(0.1)
+            self.act = torch.nn.ReLU(inplace=True)
+            self.flat = View()
+
+        def forward(self, x):
+            return self.flat(self.act(self.drop(self.lin(x))))
+
+    model = Net().eval()
+    names = [name for name, _ in model.named_modules()]
+    recorded = record_calls(LoadedModel(module=None, model=model, inputs=[torch.randn(4, 8)], path="m.py",
+                                        device="cpu"))
+    aliased = {names[i]: [s.aliased for s in sigs.values()] for i, sigs in recorded.signatures.items()}
+    assert aliased == {"": [False], "lin": [False], "drop": [True], "act": [False], "flat": [True]}
+    assert fmt_fraction(2.75) == "100% (in cache)" and fmt_fraction(0.93) == "93%"

@@ -109,14 +109,33 @@ class Recorded:
     signatures: dict[int, dict[str, SignatureCount]] = field(default_factory=lambda: defaultdict(dict))
 
 
+def _storages(value) -> list[tuple[int, int]]:
+    """The storage addresses of the tensors in ``value`` (nested in lists, tuples, dicts), each with
+    its version (which an in-place write moves on)."""
+    if isinstance(value, torch.Tensor):
+        try:
+            version = value._version
+        except RuntimeError:  # an inference tensor keeps no version: an in-place write goes unseen
+            version = -1
+        return [(value.untyped_storage().data_ptr(), version)]
+    if isinstance(value, (list, tuple)):
+        return [p for v in value for p in _storages(v)]
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _storages(v)]
+    return []
+
+
 def record_calls(loaded: LoadedModel) -> Recorded:
     recorded = Recorded()
     pending: dict[int, list[str]] = defaultdict(list)
+    inputs: dict[int, list[set[tuple[int, int]]]] = defaultdict(list)
+    ended: set[tuple[int, str]] = set()
 
     def before(i, module, args, kwargs):
         values = bound_arguments(module.forward, args, kwargs)
         key = call_signature(values)
         pending[i].append(key)
+        inputs[i].append(set(_storages(list(values))))
         seen = recorded.signatures[i]
         if key in seen:
             seen[key].calls += 1
@@ -125,8 +144,16 @@ def record_calls(loaded: LoadedModel) -> Recorded:
 
     def after(i, module, out):
         key = pending[i].pop()
+        read = inputs[i].pop()
         recorded.calls[i] += 1
-        recorded.signatures[i][key].output_bytes = output_bytes(out)
+        signature = recorded.signatures[i][key]
+        signature.output_bytes = output_bytes(out)
+        returned = _storages(out)
+        # An identity (Dropout in eval) or a view returns its input's storage unwritten: nothing was
+        # moved. One written in place (ReLU(inplace=True)) has a new version: it read and wrote it.
+        aliased = bool(returned) and all(p in read for p in returned)
+        signature.aliased = aliased if (i, key) not in ended else signature.aliased and aliased
+        ended.add((i, key))
 
     with Hooks(loaded.model, before, after):
         forward(loaded)
