@@ -225,8 +225,11 @@ def check_shapes(task: Task, best: Winner | TurnRecord, info: RunInfo) -> Family
         return None
     best = _winner(best)
     code = best.record.code
-    settings = EvalSettings(device=info.device, **{k: v for k, v in info.config.items() if k in EvalOptions.model_fields
-                                                   and k != "device"})
+    try:
+        settings = EvalSettings(device=info.device, **{k: v for k, v in info.config.items()
+                                                       if k in EvalOptions.model_fields and k != "device"})
+    except ValidationError:  # a run recorded by another version: its kernel goes in at its verified shapes
+        return None
     folder = settings.cache_dir / cache.build_key(code, settings.device, settings.fast_build)
     return check_family(str(task.path), task.class_name, code, verified_signatures(meta, best.record.eval), settings,
                         seed=int(info.config.get("seed", 0)), build_dir=str(folder))
@@ -250,7 +253,8 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
         # file that installs it builds nothing.
         verified = verified_signatures(meta, _winner(best).record.eval)
         env = envelope(meta, device=info.device, seed=int(info.config.get("seed", 0)), code=code,
-                       verified=family.admitted if family is not None else verified)
+                       verified=family.admitted if family is not None else verified,
+                       shapes=family.describe() if family is not None else None)
         lines += install_note(env, stem or module_stem(task))
         if family is not None:
             lines += ["", "The shapes it runs at (checked against the original before delivery):",

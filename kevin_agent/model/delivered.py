@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 
 from .groups import group_name
-from .marks import INSTALL_PREFIX, extracted_from, line
+from .marks import INSTALL_PREFIX, extracted_from, line, read_envelope
 from .records import ExtractedTask, InstallEnvelope
 
 FOOTER_MARK = "# --- kevin-opt: putting the kernel back into the model "
@@ -36,8 +36,9 @@ def _field(item, name: str):
     return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
-def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str], code: str) -> InstallEnvelope:
-    return InstallEnvelope(model_file=meta.model_file, module=meta.module, members=meta.members,
+def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str], code: str,
+             shapes: list[str] | None = None) -> InstallEnvelope:
+    return InstallEnvelope(shapes=shapes or [], model_file=meta.model_file, module=meta.module, members=meta.members,
                            class_name=meta.class_name,
                            device=device, training=meta.training, any_mode=meta.any_mode, signatures=verified,
                            recorded=meta.signatures + meta.left_out, init_inputs=meta.init_inputs, seed=seed,
@@ -167,6 +168,11 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
     verified = verified_signatures(meta, best_record.eval)
     others = [s.key for s in [*meta.signatures, *meta.left_out] if s.key not in verified]
     stem = f"{Path(task_path).stem}_kevin"
+    shapes = []
+    # the module delivered beside the task for this kernel: the shapes its family check admitted
+    env = read_envelope(Path(task_path).with_name(f"{stem}.py"))
+    if env is not None and env.code_sha256 == hashlib.sha256(best_record.code.encode()).hexdigest():
+        verified, shapes = env.signatures, env.shapes
     which = (f"`{meta.module or '(the whole model)'}` ({meta.class_name}) of `{meta.model_file}`. `install(model)` of "
              "the kernel module replaces that module's forward; the kernel runs on the module's own parameters"
              if len(meta.paths) == 1 else
@@ -183,6 +189,7 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
         f"| mode | {mode_words(meta).removeprefix('in ')}, without autograd |",
         f"| left to the original forward | {', '.join(f'`{k}`' for k in others) or 'no other signature the model uses'} |",
         "",
+        *([*[f"- {line}" for line in shapes], ""] if shapes else []),
         f"`kevin-opt install {meta.model_file} --kernel {stem}.py` shows the change to the model file "
         f"(`--write` writes it); `kevin-opt e2e {meta.model_file} --kernel {stem}.py` times the whole model with "
         "and without it.",

@@ -182,3 +182,13 @@ def test_other_batch_sizes_run_the_kernel_unless_it_hard_codes_its_sizes(tmp_pat
         else:
             assert "float32[n0,128]: checked against the original at float32[1,128]; float32[7,128]; float32[97,128]" \
                 in text
+
+
+def test_the_report_says_which_shapes_the_module_beside_it_admits(tmp_path):
+    task = extracted_task(tmp_path)
+    record = correct(0, 2, 1.4, code=HARD_CODED)
+    family = check_family(str(task.path), "MyRelu", HARD_CODED, ["float32[64,128]"], EvalSettings(device="cpu"))
+    (tmp_path / "net_body_relu_kevin.py").write_text(render_kernel_module(task, record, run_info(task), family=family))
+    section = render_markdown(run_info(task), [record]).split("## Putting it back into the model", 1)[1]
+    assert "| signatures | `float32[64,128]` |" in section
+    assert "- float32[64,128]: admitted at this shape alone; at another size float32[1,128]" in section
