@@ -28,13 +28,14 @@ SMALL_ODD = 7
 
 
 def _split(key: str) -> list[str]:
+    # guard.py's split_signature, which cannot be imported here: it needs torch
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(key):
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
+        elif ch == "," and depth == 0 and key[i + 1:i + 2] == " ":  # strides join with "," alone
             parts.append(key[start:i].strip())
             start = i + 1
     if key.strip():
@@ -67,16 +68,21 @@ def family_of(signature: str) -> Family | None:
         return None
     shapes = {i: [int(d) for d in m[2].split(",") if d] for i, m in tensors if m}
     symbols: dict[int, str] = {}
-    for shape in shapes.values():
+    owners: dict[int, set[int]] = {}
+    for i, shape in shapes.items():
         for size in shape[:-1] if len(shape) > 1 else []:
             symbols.setdefault(size, f"n{len(symbols)}")
+            owners.setdefault(size, set()).add(i)
     if not symbols:
         return None
 
-    def named(shape: list[int]) -> list:
-        if len(shape) == 1:  # a vector: varied only where its size is a leading dimension's
-            return [symbols.get(shape[0], shape[0])]
-        return [symbols.get(s, s) for s in shape[:-1]] + shape[-1:]
+    def named(i: int) -> list:
+        # a last dimension (a vector's only one) is fixed, unless it is another argument's leading
+        # dimension: a mask [batch, seq] beside activations [batch, seq, dim]
+        shape = shapes[i]
+        last = shape[-1]
+        last_named = symbols[last] if last in symbols and owners[last] - {i} else last
+        return [symbols.get(s, s) for s in shape[:-1]] + [last_named]
 
     def key_with(sizes: dict[str, int] | None) -> tuple[str, list[list[int]]]:
         out, all_shapes = [], []
@@ -84,7 +90,7 @@ def family_of(signature: str) -> Family | None:
             if i not in shapes:
                 out.append(part)
                 continue
-            dims = [sizes[d] if sizes is not None and isinstance(d, str) else d for d in named(shapes[i])]
+            dims = [sizes[d] if sizes is not None and isinstance(d, str) else d for d in named(i)]
             all_shapes.append(dims)
             out.append(f"{tensors[i][1][1]}[{','.join(str(d) for d in dims)}]")
         return ", ".join(out), all_shapes

@@ -107,7 +107,7 @@ def split_signature(key: str) -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
+        elif ch == "," and depth == 0 and key[i + 1:i + 2] == " ":  # strides join with "," alone
             parts.append(key[start:i].strip())
             start = i + 1
     if key.strip():
