@@ -137,14 +137,14 @@ def check_family(task_path: str, class_name: str, code: str, verified: list[str]
     if wanted:
         job = {"task_path": str(task_path), "class_name": class_name, "code": code, "device": settings.device, "seed": seed,
                "atol": settings.atol, "rtol": settings.rtol,
-               "preset": settings.tolerance,
+               "preset": settings.tolerance, "fast_build": settings.fast_build,
                "trials": [t.model_dump() for f in wanted for t in f.trials]}
         env = scrubbed_env({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else None)
         try:
             proc = subprocess.run([sys.executable, "-m", "kevin_agent.model.worker.family"], input=json.dumps(job),
                                   capture_output=True, text=True, env=env, timeout=settings.run_timeout_s)
-            found = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            results = json.loads(found[-1]) if found else {}
+            found = [ln for ln in proc.stdout.splitlines() if ln.startswith("kevin-family: ")]
+            results = json.loads(found[-1][len("kevin-family: "):]) if found else {}
             if not found:
                 why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
                 results = {t.key: f"the check failed ({why})" for f in wanted for t in f.trials}

@@ -2,8 +2,9 @@
 installed kernel is made (under the run's seed, the kernel on the reference's own weights), each
 run at every trial shape on inputs drawn like the task's own, and compared.
 
-Reads its job as JSON on stdin; writes one JSON line, each trial's key: "" where the kernel's
-outputs matched, else what went wrong.
+Reads its job as JSON on stdin; writes one line (``kevin-family: {json}``), each trial's key: ""
+where the kernel's outputs matched, else what went wrong. The kernel's code runs as the run's
+workers ran it (``building``), so the build the run made is found in the folder it is given.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 import torch
 
+from ...evaluate.toolchain.build import building
 from ...evaluate.worker import Mismatch, Outcome, compare, import_file
 from .guard import KernelSource, _share
 
@@ -35,7 +37,8 @@ def run(job: dict) -> dict[str, str]:
     init = task.get_init_inputs()
     torch.manual_seed(job["seed"])
     reference = getattr(task, job["class_name"])(*init).to(device).eval()
-    kernel_class = KernelSource("family", job["code"]).load()
+    with building(fast=job["fast_build"]):  # as the run built it: its build is found, not made again
+        kernel_class = KernelSource("family", job["code"]).load()
     if kernel_class is None:
         raise RuntimeError("the kernel cannot be built")
     torch.manual_seed(job["seed"])
@@ -74,9 +77,12 @@ def _compare(got, want, job: dict) -> str:
     return ""
 
 
+RESULT = "kevin-family: "
+
+
 def main() -> None:
     job = json.loads(sys.stdin.read())
-    print(json.dumps(run(job)), flush=True)
+    print(RESULT + json.dumps(run(job)), flush=True)
 
 
 if __name__ == "__main__":
