@@ -5,6 +5,8 @@ thing another way, so nothing compiles; the delivered C++ kernel is installed in
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -116,7 +118,10 @@ def test_autograd_mode_and_device_keep_the_original(net):
     model.eval()
     uninstall_kernel(model, "scale")
     install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cuda", training=False)
-    with torch.no_grad():
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="verified on cuda, not on cpu; the original forward runs"):
+        model(x)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
         model(x)
     assert model.scale.forward.kernel_calls == 0  # verified on another device
 
