@@ -85,6 +85,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 
 __global__ void row_norm_kernel(const float* x, const float* w, float* out, int64_t d, float eps) {
     const int64_t row = blockIdx.x;
@@ -106,7 +107,8 @@ torch::Tensor row_norm(torch::Tensor x, torch::Tensor weight, double eps) {
     auto out = torch::empty_like(xc);
     const int64_t d = xc.size(-1);
     const int64_t rows = xc.numel() / d;
-    row_norm_kernel<<<rows, 256>>>(xc.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), d,
+    // on the current stream: a CUDA graph captures only the work queued there
+    row_norm_kernel<<<rows, 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), d,
                                    static_cast<float>(eps));
     return out;
 }
