@@ -27,6 +27,7 @@ installed kernel off.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import os
 import re
@@ -361,6 +362,20 @@ class KernelGuard:
                     return -1
                 return i
         return -1
+
+    _SHARED = ("source", "specs", "signatures", "op", "_signature", "_parameters")
+    """What a copy of the model shares with this guard (the rest is copied with the module)."""
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy(model): the copy's guard serves the copied module, on its copied weights,
+        # under a slot of its own (the custom operator is shared, and cannot be copied)
+        new = object.__new__(KernelGuard)
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            setattr(new, name, value if name in self._SHARED else copy.deepcopy(value, memo))
+        new.slot = len(_GUARDS)
+        _GUARDS.append(new)
+        return new
 
     def fits(self, values: list) -> bool:
         """Whether a call with these bound arguments is one the kernel was verified for."""
