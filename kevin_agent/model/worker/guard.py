@@ -32,6 +32,7 @@ import inspect
 import os
 import re
 import warnings
+import weakref
 
 import torch
 
@@ -242,8 +243,17 @@ class KernelSource:
 
 
 _GUARDS: list = []
-"""Every guard installed in this process, by slot: the custom operator finds its guard by it."""
+"""Every guard installed in this process (a weak reference: a model dropped takes its guards with
+it), by slot: the custom operator finds its guard by it."""
 _OPS: dict = {}
+
+
+def _guard(slot: int):
+    guard = _GUARDS[slot]()
+    if guard is None:  # an exported program outliving the model it was exported from
+        raise RuntimeError("the model this kernel was installed in is gone: keep it alive, or install the kernel "
+                           "again and export again")
+    return guard
 
 
 def _kernel_op(name: str):
@@ -259,10 +269,10 @@ def _kernel_op(name: str):
         final = f"{base}_{n}"
 
     def kernel(slot: int, spec: int, tensors: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
-        return _GUARDS[slot].run_kernel(spec, tensors, params)
+        return _guard(slot).run_kernel(spec, tensors, params)
 
     def fake(slot, spec, tensors, params):
-        return _GUARDS[slot].run_original(spec, tensors, params)
+        return _guard(slot).run_original(spec, tensors, params)
 
     op = torch.library.custom_op(f"{namespace}::{final}", kernel, mutates_args=())
     op.register_fake(fake)
@@ -301,7 +311,7 @@ class KernelGuard:
         self.kernel_calls = 0
         self.fallback_calls = 0
         self.slot = len(_GUARDS)
-        _GUARDS.append(self)
+        _GUARDS.append(weakref.ref(self))
         self.op = _kernel_op(op or f"kevin::{source.name}")
         self.names = [name for name, _ in [*module.named_parameters(), *module.named_buffers()]]
         self.owners = [(module.get_submodule(n.rpartition(".")[0]), n.rpartition(".")[2]) for n in self.names]
@@ -374,7 +384,7 @@ class KernelGuard:
         for name, value in self.__dict__.items():
             setattr(new, name, value if name in self._SHARED else copy.deepcopy(value, memo))
         new.slot = len(_GUARDS)
-        _GUARDS.append(new)
+        _GUARDS.append(weakref.ref(new))
         return new
 
     def fits(self, values: list) -> bool:
