@@ -162,7 +162,9 @@ def package(tmp_path_factory):
     task_path.write_text(line(EXTRACTED_PREFIX, META) + "\n" + TASK)
     task = load_task(task_path, class_name="RowNorm")
     kernel = pkg / "net_norm_kevin.py"
-    family = check_family(str(task_path), "RowNorm", KERNEL, ["float32[64,128]"], EvalSettings(device="cpu"), build_dir=builds())
+    # a plain build, as the subprocesses below load it (a run's family check finds the fast build it made)
+    plain = EvalSettings(device="cpu", fast_build=False)
+    family = check_family(str(task_path), "RowNorm", KERNEL, ["float32[64,128]"], plain, build_dir=builds())
     assert family.admitted == ["float32[n0,128]"], family
     kernel.write_text(render_kernel_module(task, correct(0, 1, 2.0, code=KERNEL), run_info(task),
                                            stem="net_norm_kevin", family=family))
