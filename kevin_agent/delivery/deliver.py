@@ -19,7 +19,7 @@ from ..results import RunInfo, TurnRecord
 from ..results.records import E2EResult
 from ..task import Task
 from . import gitops
-from .kernel_module import render_kernel_module
+from .kernel_module import check_shapes, render_kernel_module
 from .plan import DeliveryPlan, extensions
 from .report import ReportPaths, write_report_files
 
@@ -123,7 +123,8 @@ def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Turn
     """Write the module, run the whole model with it where the plan says so, then the report (once,
     with what the whole model showed); returns the delivery and why its commit is held back."""
     plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
-    plan.kernel_path.write_text(render_kernel_module(task, best, info, stem=plan.kernel_path.stem), encoding="utf-8")
+    module = render_kernel_module(task, best, info, stem=plan.kernel_path.stem, family=check_shapes(task, best, info))
+    plan.kernel_path.write_text(module, encoding="utf-8")
     e2e, said, held = (_whole_model(plan, whole_model) if plan.model_file is not None and whole_model is not None
                        else (None, None, None))
     write_report_files(info, records, plan.report, e2e=e2e)

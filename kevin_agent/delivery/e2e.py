@@ -28,7 +28,7 @@ from ..errors import KevinError
 from ..evaluate import compile_in
 from ..evaluate.rounds import median_interval
 from ..evaluate.toolchain import cache
-from ..model.delivered import FOOTER_MARK
+from ..model.delivered import FOOTER_MARK, kernel_source
 from ..model.groups import group_name
 from ..model.jobs import E2EKernel, E2ERun
 from ..model.marks import read_envelope
@@ -127,6 +127,7 @@ def _record(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) ->
         mine = [r.kernels[j] for r in runs]
         effect = effects[i]
         effect.kernel_calls, effect.fallback_calls = mine[0].kernel_calls, mine[0].fallback_calls
+        effect.member_calls = mine[0].member_calls
         if len(kept) == 1:  # alone in the model: the whole model's outputs are its own
             bad_run = next((r for r in runs if not r.outputs_match), None)
             effect.outputs_match, effect.mismatch = bad_run is None, bad_run.mismatch if bad_run else ""
@@ -181,7 +182,7 @@ def _result(model_file: ModelFile, settings: EvalSettings, profile: ModelProfile
         outputs_match=mismatched is None, max_abs_err=first.max_abs_err, max_rel_err=first.max_rel_err,
         mismatch=mismatched.mismatch if mismatched else "", tolerance=settings.tolerance,
         kernel_calls=sum(k.kernel_calls for k in kept), fallback_calls=sum(k.fallback_calls for k in kept),
-        rounds=rounds, slower=speedup < 1.0, wall_s=round(wall_s, 3), kernels=effects if several else [])
+        member_calls={path: calls for k in kept for path, calls in k.member_calls.items()}, rounds=rounds, slower=speedup < 1.0, wall_s=round(wall_s, 3), kernels=effects if several else [])
 
 
 def _run(job: dict, model_file: ModelFile, limit: float):
@@ -190,9 +191,13 @@ def _run(job: dict, model_file: ModelFile, limit: float):
 
 def kernel_code(path: Path, env: InstallEnvelope) -> str:
     """The kernel's code in a delivered module, exactly as the run built it (the build cache is
-    keyed by that text): after the claim line and its blank line, before the footer's two blank
-    lines, with or without the newline the module added at its end."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    keyed by that text): its ``KEVIN_KERNEL_CODE``, or in a module written before it held the code
+    as text, after the claim line and its blank line, before the footer's two blank lines, with or
+    without the newline the module added at its end."""
+    text = Path(path).read_text(encoding="utf-8")
+    if (held := kernel_source(text)) is not None:
+        return held
+    lines = text.splitlines(keepends=True)
     begin = next((i + 1 for i, ln in enumerate(lines) if ln.startswith(CLAIM_PREFIX)), 0)
     end = next((i for i, ln in enumerate(lines) if ln.startswith(FOOTER_MARK)), len(lines))
     region = "".join(lines[begin:end])[1:-2]

@@ -1,11 +1,17 @@
 """``kevin-opt install``: the change to the person's model file that puts delivered kernels in.
 
-For a ``get_model()`` file the change is one import per kernel module and the returned model
+For a ``get_model()`` file the change is an import of the kernel modules and the returned model
 wrapped in each module's ``install``::
 
-    import mlp_block_act_kevin
+    if __package__:  # imported as part of a package: the kernel modules are beside it in the package
+        from . import mlp_block_act_kevin
+    else:  # run as a script, or imported from its own folder
+        import mlp_block_act_kevin
     ...
     return mlp_block_act_kevin.install(MLPBlock(128, 512).eval())
+
+The import works both ways a model file is used (``python model.py`` and ``import pkg.model``), and
+builds nothing: a kernel module builds its kernel on the kernel's first call.
 
 A KernelBench-format file (``class Model``, ``get_init_inputs()``, no ``get_model()``) is built by
 whoever imports it (KernelBench's harness: ``Model(*get_init_inputs())``), so the change is a block
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,8 +72,22 @@ class Change:
 
     def usage(self) -> list[str]:
         """The lines a person adds where the model is built, when no diff can be made."""
-        lines = [f"import {stem}" for stem in self.stems]
+        lines = import_lines(self.stems)
         return lines + [f"model = {stem}.install(model)   # model: your built model" for stem in self.stems]
+
+
+def import_lines(stems: list[str], *, indent: str = "", noqa: bool = False) -> list[str]:
+    """The import of the kernel modules beside the model file, that works where the file is run as a
+    script or imported from its folder (a bare import) and where it is imported as part of a
+    package (a relative one)."""
+    tag = "  # noqa: E402" if noqa else ""
+    return [f"{indent}if __package__:  # imported as part of a package: the kernel modules are beside it there",
+            f"{indent}    from . import {', '.join(stems)}{tag}",
+            f"{indent}else:  # run as a script, or imported from its own folder",
+            *[f"{indent}    import {stem}{tag}" for stem in stems]]
+
+
+_IMPORTED = re.compile(r"^\s*import (\w+)")
 
 
 def _return_of_get_model(tree: ast.Module) -> ast.Return | str:
@@ -151,7 +172,7 @@ def _get_model_text(text: str, tree: ast.Module, ret: ast.Return, stems: list[st
         expr = f"{stem}.install({expr})"
     new_lines = (head + expr + tail).splitlines(keepends=True)
     at = _import_line_index(tree)
-    new_lines[at:at] = [f"import {stem}\n" for stem in stems]
+    new_lines[at:at] = [ln + "\n" for ln in import_lines(stems)]
     return "".join(new_lines)
 
 
@@ -163,7 +184,7 @@ def _kernelbench_text(text: str, stems: list[str]) -> str:
     if start is None:
         return "".join(lines).rstrip("\n") + "\n\n\n" + _block(stems)
     end = next((i for i, ln in enumerate(lines) if i > start and ln.startswith(BLOCK_END)), len(lines) - 1)
-    before = [ln.split()[1] for ln in lines[start:end] if ln.startswith("import ")]
+    before = list(dict.fromkeys(m[1] for ln in lines[start:end] if (m := _IMPORTED.match(ln))))
     return "".join(lines[:start]) + _block(before + [s for s in stems if s not in before]) + "".join(lines[end + 1:])
 
 
@@ -174,7 +195,7 @@ def _block(stems: list[str]) -> str:
         "# Model is the original class with these kernels installed when it is built, each guarded to the\n"
         "# signatures it was verified at, so that Model(*get_init_inputs()) runs them; the original class\n"
         f"# is {ORIGINAL}. `kevin-opt install` writes this block again when kernels are added.\n"
-        + "".join(f"import {stem}  # noqa: E402\n" for stem in stems)
+        + "".join(ln + "\n" for ln in import_lines(stems, noqa=True))
         + f"\n{ORIGINAL} = Model\n\n\n"
         f"class Model({ORIGINAL}):\n"
         "    def __init__(self, *args, **kwargs):\n"

@@ -1,7 +1,9 @@
 """The delivered kernel: the best verified candidate as an importable module.
 
 The candidate's source goes in unchanged, so what the person imports is byte for byte what
-was verified and timed; only a header in front says what it is and how to use it. Its numbers
+was verified and timed; only a header in front says what it is and how to use it. A module that
+installs itself into a model holds that source as text (``KEVIN_KERNEL_CODE``) and runs it on the
+kernel's first call (``model/worker/guard.py``), so importing it needs torch alone and builds nothing. Its numbers
 are the confirmation's (``confirmation.py``) where the run's best kernels were confirmed. The
 header ends in one machine-readable comment line (``# kevin-opt-kernel: {json}``, with its
 ``schema``) claiming that same speedup: before a later run replaces the module it reads what this one claims
@@ -13,12 +15,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 
+from ..config import EvalOptions, EvalSettings
+from ..evaluate.toolchain import cache
+from ..model.family import FamilyCheck, check_family
 from ..results.winner import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
 from ..model.delivered import (
+    code_literal,
     envelope,
     install_footer,
     install_note,
@@ -165,12 +172,39 @@ def header_lines(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: 
         f"    from {stem} import ModelNew",
         f"    model = ModelNew(*init_args)   # instead of {task.class_name}(*init_args)",
         "",
-        "The inline kernel is compiled on first import (torch.utils.cpp_extension.load_inline:",
-        "needs a C++ compiler" + (" and the CUDA toolkit" if device == "cuda" else "")
-        + "; the build is cached afterwards). It was verified on the input shapes",
-        f"and dtypes of get_inputs() in {task.path.name}; re-verify before relying on other shapes.",
+        *language_of(best.record.code).build_note(device, lazy=extracted_from(task.source) is not None),
+        f"It was verified on the input shapes and dtypes of get_inputs() in {task.path.name}; re-verify before",
+        "relying on other shapes.",
     ]
     return lines
+
+
+class KernelLanguage(Protocol):
+    """What the module says of the language its kernel is written in: how it is built."""
+
+    def build_note(self, device: str, *, lazy: bool) -> list[str]: ...
+
+
+class CppExtension:
+    """C++ (or CUDA) compiled by ``torch.utils.cpp_extension.load_inline``."""
+
+    def build_note(self, device: str, *, lazy: bool) -> list[str]:
+        needs = "needs a C++ compiler" + (" and the CUDA toolkit" if device == "cuda" else "")
+        if not lazy:
+            return ["The inline kernel is compiled on first import (torch.utils.cpp_extension.load_inline:",
+                    f"{needs}; the build is cached afterwards)."]
+        return ["Importing this module builds nothing: the kernel's code (KEVIN_KERNEL_CODE) runs on the first call",
+                f"the kernel serves, and load_inline builds it then ({needs}; the build is cached afterwards,",
+                "under TORCH_EXTENSIONS_DIR as it was when the module was imported). Where it cannot be built the",
+                "original forward runs, after one warning that says why; KEVIN_KERNELS=0 turns the kernel off."]
+
+
+LANGUAGES: dict[str, KernelLanguage] = {"cpp": CppExtension()}
+"""A kernel module's code in another language (a Triton ``ModelNew``) registers its note here."""
+
+
+def language_of(code: str) -> KernelLanguage:
+    return LANGUAGES["triton"] if "triton" in LANGUAGES and "import triton" in code else LANGUAGES["cpp"]
 
 
 def _docstring(lines: list[str]) -> str:
@@ -182,7 +216,27 @@ def _comment(lines: list[str]) -> str:
     return "".join(f"# {line}".rstrip() + "\n" for line in lines) + "\n"
 
 
-def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: str | None = None) -> str:
+def check_shapes(task: Task, best: Winner | TurnRecord, info: RunInfo) -> FamilyCheck | None:
+    """For a task extracted from a model: the kernel run against the reference at the family of
+    shapes around each signature it was verified at (``model/family.py``), under the run's own
+    settings, its build found where the run built it; None for any other task."""
+    meta = extracted_from(task.source)
+    if meta is None:
+        return None
+    best = _winner(best)
+    code = best.record.code
+    try:
+        settings = EvalSettings(device=info.device, **{k: v for k, v in info.config.items()
+                                                       if k in EvalOptions.model_fields and k != "device"})
+    except ValidationError:  # a run recorded by another version: its kernel goes in at its verified shapes
+        return None
+    folder = settings.cache_dir / cache.build_key(code, settings.device, settings.fast_build)
+    return check_family(str(task.path), task.class_name, code, verified_signatures(meta, best.record.eval), settings,
+                        seed=int(info.config.get("seed", 0)), build_dir=str(folder))
+
+
+def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: str | None = None,
+                         family: FamilyCheck | None = None) -> str:
     """Header docstring + the candidate source unchanged.
 
     A header docstring would break a candidate that opens with its own docstring followed by
@@ -192,15 +246,23 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
     code = _winner(best).record.code
     lines = header_lines(task, best, info, stem=stem)
     footer = ""
+    body = code if code.endswith("\n") else code + "\n"
     if (meta := extracted_from(task.source)) is not None:
-        # A task extracted from a model: the module also installs the kernel back into it.
+        # A task extracted from a model: the module also installs the kernel back into it, and
+        # holds the kernel's code as text, run on its first call, so that importing the model
+        # file that installs it builds nothing.
+        verified = verified_signatures(meta, _winner(best).record.eval)
         env = envelope(meta, device=info.device, seed=int(info.config.get("seed", 0)), code=code,
-                       verified=verified_signatures(meta, _winner(best).record.eval))
+                       verified=family.admitted if family is not None else verified,
+                       shapes=family.describe() if family is not None else None)
         lines += install_note(env, stem or module_stem(task))
-        footer = install_footer(env, code)
-    code = code if code.endswith("\n") else code + "\n"
+        if family is not None:
+            lines += ["", "The shapes it runs at (checked against the original before delivery):",
+                      *[f"  {ln}" for ln in family.describe()]]
+        footer = install_footer(env, stem or module_stem(task))
+        body = code_literal(code)
     claim = CLAIM_PREFIX + kernel_claim(best, info).model_dump_json() + "\n\n"
-    module = _docstring(lines) + claim + code + footer
+    module = _docstring(lines) + claim + body + footer
     try:
         compile(module, f"{stem or module_stem(task)}.py", "exec")
     except SyntaxError:

@@ -12,9 +12,8 @@ import ast
 import hashlib
 from pathlib import Path
 
-from ..task import rename_identifier
 from .groups import group_name
-from .marks import INSTALL_PREFIX, extracted_from, line
+from .marks import INSTALL_PREFIX, extracted_from, line, read_envelope
 from .records import ExtractedTask, InstallEnvelope
 
 FOOTER_MARK = "# --- kevin-opt: putting the kernel back into the model "
@@ -37,43 +36,62 @@ def _field(item, name: str):
     return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
-def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str], code: str) -> InstallEnvelope:
-    return InstallEnvelope(model_file=meta.model_file, module=meta.module, members=meta.members,
+def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str], code: str,
+             shapes: list[str] | None = None) -> InstallEnvelope:
+    return InstallEnvelope(shapes=shapes or [], model_file=meta.model_file, module=meta.module, members=meta.members,
                            class_name=meta.class_name,
                            device=device, training=meta.training, any_mode=meta.any_mode, signatures=verified,
                            recorded=meta.signatures + meta.left_out, init_inputs=meta.init_inputs, seed=seed,
                            code_sha256=hashlib.sha256(code.encode()).hexdigest())
 
 
-def _guard_code(taken: set[str]) -> tuple[str, dict[str, str]]:
-    """guard.py without its docstring and ``__future__`` import, its names prefixed where the
-    kernel's code already uses them; and the names it ended up with."""
+KERNEL_CODE_NAME = "KEVIN_KERNEL_CODE"
+
+
+def code_literal(code: str) -> str:
+    """The kernel's code as the module's ``KEVIN_KERNEL_CODE``, readable where it can be (a raw
+    triple-quoted string) and exact always: the module runs it on the kernel's first call, not on
+    import."""
+    for quote in ("'''", '"""'):
+        literal = f"r{quote}{code}{quote}"
+        if quote not in code and not code.endswith("\\"):
+            try:
+                if ast.literal_eval(literal) == code:
+                    return f"{KERNEL_CODE_NAME} = {literal}\n"
+            except (SyntaxError, ValueError):
+                pass
+    return f"{KERNEL_CODE_NAME} = {code!r}\n"
+
+
+def kernel_source(text: str) -> str | None:
+    """The kernel's code held by a delivered module's text (``KEVIN_KERNEL_CODE``); None for a
+    module written before it held the code as text."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == KERNEL_CODE_NAME and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            return node.value.value
+    return None
+
+
+def _guard_code() -> str:
+    """guard.py without its docstring and ``__future__`` import (the kernel's code runs in a scope
+    of its own, so no name of the guard's meets one of the kernel's)."""
     text = GUARD_PATH.read_text(encoding="utf-8")
     tree = ast.parse(text)
     lines = text.splitlines()
     start = tree.body[1].lineno if isinstance(tree.body[0], ast.Expr) else tree.body[0].lineno
     kept = [ln for ln in lines[start - 1:] if ln.strip() != "from __future__ import annotations"]
-    code = "\n".join(kept).strip("\n") + "\n"
-    names = {}
-    for node in tree.body:
-        for name in ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else []):
-            names[name] = name
-    for name in names:
-        if name in taken:
-            names[name] = f"_kevin{name}" if name.startswith("_") else f"_kevin_{name}"
-            code = rename_identifier(code, name, names[name])
-    return code, names
+    return "\n".join(kept).strip("\n") + "\n"
 
 
-def install_footer(env: InstallEnvelope, kernel_code: str) -> str:
-    """The code appended after the kernel: ``install(model, path)`` and ``uninstall(model, path)``."""
-    try:
-        taken = {n.id for n in ast.walk(ast.parse(kernel_code)) if isinstance(n, ast.Name)}
-        taken |= {n.name for n in ast.walk(ast.parse(kernel_code))
-                  if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    except SyntaxError:
-        taken = set()
-    code, names = _guard_code(taken)
+def install_footer(env: InstallEnvelope, stem: str) -> str:
+    """The code appended after the kernel's: ``install(model, path)``, ``uninstall(model, path)`` and
+    ``kernel_calls(model)``, and ``ModelNew`` made on first use."""
     where = _where(env)
     sigs = ", ".join(env.signatures) or "none"
     return "\n".join([
@@ -85,19 +103,22 @@ def install_footer(env: InstallEnvelope, kernel_code: str) -> str:
         "# every other call runs the module's original forward. The kernel uses the module's own parameters.",
         line(INSTALL_PREFIX, env),
         "",
-        code,
+        _guard_code(),
         "",
         f"KEVIN_SIGNATURES = {env.signatures!r}",
         f"KEVIN_MODULES = {env.paths!r}",
+        f"KEVIN_OP = {'kevin::' + stem!r}",
+        f"_KERNEL = KernelSource({stem!r}, {KERNEL_CODE_NAME}, build_dir=os.environ.get(\"TORCH_EXTENSIONS_DIR\"))",
         "",
         "",
         "def install(model, path=None):",
         '    """Run the kernel in place of each submodule in KEVIN_MODULES (or of the one at ``path``), each on',
-        '    its own parameters, where it was verified; returns ``model``."""',
+        "    its own parameters, where it was verified; returns ``model``. Nothing is built until the kernel's",
+        '    first call."""',
         "    for where in KEVIN_MODULES if path is None else [path]:",
-        f"        {names['install_kernel']}(model, where, ModelNew, {env.init_inputs}, signatures=KEVIN_SIGNATURES,",
+        f"        install_kernel(model, where, _KERNEL, {env.init_inputs}, signatures=KEVIN_SIGNATURES,",
         f"                       device={env.device!r}, training={None if env.any_mode else env.training!r}, "
-        f"seed={env.seed!r})",
+        f"seed={env.seed!r}, op=KEVIN_OP)",
         "    return model",
         "",
         "",
@@ -105,8 +126,18 @@ def install_footer(env: InstallEnvelope, kernel_code: str) -> str:
         '    """Give each submodule in KEVIN_MODULES (or the one at ``path``) its original forward back; returns',
         '    ``model``."""',
         "    for where in KEVIN_MODULES if path is None else [path]:",
-        f"        {names['uninstall_kernel']}(model, where)",
+        "        uninstall_kernel(model, where)",
         "    return model",
+        "",
+        "",
+        "def __getattr__(name):",
+        '    """``ModelNew``, the kernel\'s class, made (built or loaded) when it is first asked for."""',
+        "    if name == \"ModelNew\":",
+        "        kernel_class = _KERNEL.load()",
+        "        if kernel_class is None:",
+        "            raise ImportError(f\"{_KERNEL.name}: {_KERNEL.error or 'KEVIN_KERNELS=0 turns the kernel off'}\")",
+        "        return kernel_class",
+        "    raise AttributeError(f\"module {__name__!r} has no attribute {name!r}\")",
         "",
     ])
 
@@ -137,6 +168,11 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
     verified = verified_signatures(meta, best_record.eval)
     others = [s.key for s in [*meta.signatures, *meta.left_out] if s.key not in verified]
     stem = f"{Path(task_path).stem}_kevin"
+    shapes = []
+    # the module delivered beside the task for this kernel: the shapes its family check admitted
+    env = read_envelope(Path(task_path).with_name(f"{stem}.py"))
+    if env is not None and env.code_sha256 == hashlib.sha256(best_record.code.encode()).hexdigest():
+        verified, shapes = env.signatures, env.shapes
     which = (f"`{meta.module or '(the whole model)'}` ({meta.class_name}) of `{meta.model_file}`. `install(model)` of "
              "the kernel module replaces that module's forward; the kernel runs on the module's own parameters"
              if len(meta.paths) == 1 else
@@ -153,6 +189,7 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
         f"| mode | {mode_words(meta).removeprefix('in ')}, without autograd |",
         f"| left to the original forward | {', '.join(f'`{k}`' for k in others) or 'no other signature the model uses'} |",
         "",
+        *([*[f"- {line}" for line in shapes], ""] if shapes else []),
         f"`kevin-opt install {meta.model_file} --kernel {stem}.py` shows the change to the model file "
         f"(`--write` writes it); `kevin-opt e2e {meta.model_file} --kernel {stem}.py` times the whole model with "
         "and without it.",

@@ -69,6 +69,8 @@ class E2EKernelRun(BaseModel):
     """Per forward, over all the modules it is installed at."""
     fallback_calls: float = 0.0
     """Per forward, calls at those modules that ran the original forward."""
+    member_calls: dict[str, list[float]] = Field(default_factory=dict)
+    """Per forward, at each module it is installed at (its path): [kernel calls, original-forward calls]."""
     alone_match: bool = True
     """The model's outputs with this kernel alone match those without any."""
     alone_mismatch: str = ""

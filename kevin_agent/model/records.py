@@ -277,6 +277,9 @@ class InstallEnvelope(Versioned):
     seed: int = 0
     code_sha256: str = ""
     """sha256 of the kernel's code as the run built it (the build cache is keyed by that text)."""
+    shapes: list[str] = Field(default_factory=list)
+    """What the check at the family of shapes around each verified signature found, one sentence each
+    (empty: not checked)."""
 
     @property
     def paths(self) -> list[str]:

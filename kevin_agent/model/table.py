@@ -148,7 +148,14 @@ def e2e_lines(result: E2EResult) -> list[str]:
     lines.append(verdict)
     lines.append(f"kernel calls per forward: {result.kernel_calls:g}; calls that ran the original forward: "
                  f"{result.fallback_calls:g}")
+    if len(result.member_calls) > 1 or result.fallback_calls:
+        lines.append(_members_line(result.member_calls))
     return [*lines, _outputs_line(result)]
+
+
+def _members_line(calls: dict[str, list[float]]) -> str:
+    return "  per module (kernel / original forward): " + ", ".join(
+        f"{path} {kernel:g}/{original:g}" for path, (kernel, original) in calls.items())
 
 
 def _outputs_line(result: E2EResult) -> str:
@@ -182,4 +189,6 @@ def _combined_lines(result: E2EResult) -> list[str]:
                   else "")
         lines.append(f"  {k.module} ({name}): {share}{own}kernel calls per forward {k.kernel_calls:g}, calls that "
                      f"ran the original forward {k.fallback_calls:g}{effect}")
+        if len(k.member_calls) > 1 or k.fallback_calls:
+            lines.append("  " + _members_line(k.member_calls))
     return [*lines, _outputs_line(result)]

@@ -307,6 +307,8 @@ class KernelEffect(BaseModel):
     """Per forward, over all its modules."""
     fallback_calls: float = 0.0
     """Per forward, calls at its modules that ran the original forward."""
+    member_calls: dict[str, list[float]] = Field(default_factory=dict)
+    """Per forward, at each of its modules (its path): [kernel calls, original-forward calls]."""
     outputs_match: bool = True
     """The model's outputs with this kernel alone match those without any."""
     mismatch: str = ""
@@ -357,6 +359,9 @@ class E2EResult(Record):
     """Calls per forward that took the kernel."""
     fallback_calls: float
     """Calls per forward that ran the original forward (outside the kernel's envelope)."""
+    member_calls: dict[str, list[float]] = Field(default_factory=dict)
+    """Per forward, at each module a kept kernel is installed at (its path): [kernel calls,
+    original-forward calls]."""
     rounds: int
     slower: bool
     """The whole model is slower with the kernel."""

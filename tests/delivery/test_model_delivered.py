@@ -10,9 +10,11 @@ from types import SimpleNamespace
 import torch
 import torch.nn as nn
 
+from kevin_agent.config import EvalSettings
 from kevin_agent.delivery.kernel_module import read_claim, render_kernel_module
 from kevin_agent.delivery.report import render_markdown
 from kevin_agent.model.delivered import verified_signatures
+from kevin_agent.model.family import check_family
 from kevin_agent.delivery.e2e import kernel_code
 from kevin_agent.model.marks import (
     EXTRACTED_PREFIX,
@@ -151,3 +153,42 @@ def test_the_marks_and_the_claim_say_schema_and_older_ones_still_read(tmp_path):
     assert '"schema"' not in old_module.read_text()
     assert read_envelope(old_module) == read_envelope(path)
     assert read_claim(old_module) == read_claim(path) and read_claim(path) is not None
+
+
+HARD_CODED = KERNEL.replace("torch.zeros_like(x))", "torch.zeros(64, 128))")
+"""Right at the profiled shape alone: it hard-codes the rows."""
+
+
+def test_other_batch_sizes_run_the_kernel_unless_it_hard_codes_its_sizes(tmp_path):
+    task = extracted_task(tmp_path)
+    for i, (code, admitted, calls) in enumerate([(KERNEL, ["float32[n0,128]"], (3, 0)),
+                                                 (HARD_CODED, ["float32[64,128]"], (2, 1))]):
+        family = check_family(str(task.path), "MyRelu", code, ["float32[64,128]"], EvalSettings(device="cpu"))
+        assert family.admitted == admitted, family
+        path = tmp_path / f"net_body_relu_kevin{i}.py"
+        path.write_text(render_kernel_module(task, correct(0, 2, 1.4, code=code), run_info(task), family=family))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        net = module.install(Net().eval())
+        with torch.no_grad():
+            net(torch.randn(64, 128))  # calls at float32[64,128] twice, float32[8,128] once
+        assert module.kernel_calls(net) == {"body.relu": {"kernel": calls[0], "original": calls[1]}}
+        text = path.read_text()
+        assert f"KEVIN_SIGNATURES = {admitted!r}" in text
+        if code is HARD_CODED:
+            assert ("float32[64,128]: admitted at this shape alone; at another size float32[1,128]: output has shape "
+                    "(64, 128), expected (1, 128) (the kernel may hard-code its sizes)") in text
+        else:
+            assert "float32[n0,128]: checked against the original at float32[1,128]; float32[7,128]; float32[97,128]" \
+                in text
+
+
+def test_the_report_says_which_shapes_the_module_beside_it_admits(tmp_path):
+    task = extracted_task(tmp_path)
+    record = correct(0, 2, 1.4, code=HARD_CODED)
+    family = check_family(str(task.path), "MyRelu", HARD_CODED, ["float32[64,128]"], EvalSettings(device="cpu"))
+    (tmp_path / "net_body_relu_kevin.py").write_text(render_kernel_module(task, record, run_info(task), family=family))
+    section = render_markdown(run_info(task), [record]).split("## Putting it back into the model", 1)[1]
+    assert "| signatures | `float32[64,128]` |" in section
+    assert "- float32[64,128]: admitted at this shape alone; at another size float32[1,128]" in section

@@ -11,12 +11,13 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kevin_agent.delivery.kernel_module import CLAIM_PREFIX, KernelClaim
-from kevin_agent.model.delivered import envelope, install_footer
+from kevin_agent.model.delivered import code_literal, envelope, install_footer
 from kevin_agent.model.marks import extracted_from, read_envelope
 
 from ..clihelp import kevin
@@ -73,7 +74,8 @@ def test_each_group_is_one_task_and_one_run(stack):
         env = read_envelope(repo / f"layer_stack_layers_{group}_kevin.py")
         assert env.paths == meta.members
     text = steps["install"].stdout
-    assert f"+import {NORM[:-3]}" in text and f"+import {ACT[:-3]}" in text
+    assert f"+    from . import {NORM[:-3]}, {ACT[:-3]}\n" in text
+    assert f"+    import {NORM[:-3]}\n+    import {ACT[:-3]}\n" in text
     assert f"+    return {ACT[:-3]}.install({NORM[:-3]}.install(model))" in text
 
 
@@ -86,6 +88,7 @@ def test_both_kernels_run_at_every_instance_and_meet_the_prediction(stack):
     for k in kernels.values():
         # the repeated module ran the kernel at every instance, the original forward 0 times
         assert (k["kernel_calls"], k["fallback_calls"]) == (3, 0) and k["outputs_match"]
+        assert k["member_calls"] == {member: [1, 0] for member in k["members"]}
         assert k["module_speedup"] > 1.3 and k["share"] > 0.05
     # Amdahl for the kept kernels together (on a busy machine a kernel that saves little may be
     # measured out of the combination: see the drop tests below)
@@ -98,6 +101,8 @@ def test_both_kernels_run_at_every_instance_and_meet_the_prediction(stack):
     # so only a wide margin (the README's walk shows one measurement against its prediction)
     assert result["speedup"] > 1.2 and 1 / 2 <= result["speedup"] / result["predicted"] <= 2, result
     assert "Amdahl predicts" in steps["e2e"].stdout and "calls that ran the original forward 0" in steps["e2e"].stdout
+    assert "per module (kernel / original forward): layers.0.norm 1/0, layers.1.norm 1/0, layers.2.norm 1/0" \
+        in steps["e2e"].stdout
 
 
 WRONG_NORM = '''import torch
@@ -137,7 +142,8 @@ def delivered(repo: Path, task: str, name: str, code: str, speedup: float = 2.0)
     env = envelope(meta, device="cpu", seed=0, verified=[s.key for s in meta.signatures], code=code)
     claim = KernelClaim(speedup=speedup, device="cpu", device_name="cpu").model_dump_json()
     path = repo / name
-    path.write_text(f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{code}{install_footer(env, code)}')
+    path.write_text(f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{code_literal(code)}'
+                    f'{install_footer(env, path.stem)}')
     return path
 
 
@@ -217,3 +223,40 @@ def test_install_write_on_a_kernelbench_file(stack):
     assert [(k["kernel_calls"], k["fallback_calls"]) for k in result["kernels"]] == [(3, 0), (3, 0)]
     # the side without them had them taken out (else it would read 1x)
     assert result["speedup"] > 1.2
+
+
+WHOLE = """\
+import json, torch
+import proj.layer_stack as stack
+model = stack.get_model()
+x = stack.get_inputs()[0]
+with torch.no_grad():
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    got = [compiled(x), compiled(x[:5]), model(x[:1])]
+    calls = {**stack.layer_stack_layers_norm_kevin.kernel_calls(model),
+             **stack.layer_stack_layers_act_kevin.kernel_calls(model)}
+    stack.layer_stack_layers_norm_kevin.uninstall(model)
+    stack.layer_stack_layers_act_kevin.uninstall(model)
+    want = [model(x), model(x[:5]), model(x[:1])]
+for g, w in zip(got, want):
+    torch.testing.assert_close(g, w)
+print("calls " + json.dumps(calls))
+"""
+
+
+def test_the_model_file_with_its_kernels_imports_as_a_package_and_compiles_whole(stack):
+    """The issue's own case: the model file, once install --write changed it, imported as part of a
+    package, compiled whole (fullgraph) at the profiled batch and at others, each kernel running
+    at every member; and imported from its own folder too."""
+    repo, _ = stack
+    written = kevin("install", "layer_stack.py", "--kernel", NORM, "--kernel", ACT, "--write", "--replace", cwd=repo)
+    assert written.returncode == 0, written.stderr
+    proc = subprocess.run([sys.executable, "-c", WHOLE], cwd=repo.parent, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    calls = json.loads(proc.stdout.splitlines()[-1][len("calls "):])
+    # three forwards, two compiled: the kernels counted where they ran, in the graph and in eager
+    assert calls == {f"layers.{i}.{group}": {"kernel": 3, "original": 0} for i in range(3) for group in ("norm", "act")}
+    bare = subprocess.run([sys.executable, "-c", "import layer_stack, torch\nm = layer_stack.get_model()\n"
+                                                 "with torch.no_grad(): m(*layer_stack.get_inputs())"],
+                          cwd=repo, capture_output=True, text=True, timeout=600)
+    assert bare.returncode == 0, bare.stderr

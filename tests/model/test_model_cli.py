@@ -168,7 +168,7 @@ def test_install_shows_the_change_and_writes_it_only_when_asked(repo):
     before = snapshot(repo)
     shown = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", cwd=repo)
     assert shown.returncode == 0, shown.stderr
-    assert "+import mlp_block_act_kevin" in shown.stdout
+    assert "+    from . import mlp_block_act_kevin\n" in shown.stdout and "+    import mlp_block_act_kevin\n" in shown.stdout
     assert "+    return mlp_block_act_kevin.install(MLPBlock(dim, hidden).eval())" in shown.stdout
     assert "-    return MLPBlock(dim, hidden).eval()" in shown.stdout
     assert snapshot(repo) == before
@@ -182,7 +182,7 @@ def test_install_shows_the_change_and_writes_it_only_when_asked(repo):
     written = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--write", cwd=repo)
     assert written.returncode == 0, written.stderr
     text = (repo / "mlp_block.py").read_text()
-    assert "import mlp_block_act_kevin\n" in text and "return mlp_block_act_kevin.install(MLPBlock(dim, hidden).eval())" in text
+    assert "    import mlp_block_act_kevin\n" in text and "return mlp_block_act_kevin.install(MLPBlock(dim, hidden).eval())" in text
     compile(text, "mlp_block.py", "exec")
     twice = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--write", cwd=repo)
     assert twice.returncode == 0 and "already installs" in twice.stdout
@@ -203,14 +203,14 @@ def test_install_into_a_kernelbench_file_appends_a_block_that_builds_model_with_
     assert written.returncode == 0, written.stderr
     text = (repo / "kb.py").read_text()
     original = (Path(__file__).parents[1] / "models" / "kb_minigpt_block.py").read_text()
-    assert text.startswith(original.rstrip("\n")) and text.count("import mlp_block_act_kevin") == 1
+    assert text.startswith(original.rstrip("\n")) and text.count("    import mlp_block_act_kevin  # noqa: E402") == 1
     compile(text, "kb.py", "exec")
     # Model(*get_init_inputs()) gets the kernel: the block, run with a stand-in for the module
     namespace = {"Model": type("Model", (), {"__init__": lambda self, *a: setattr(self, "args", a)})}
     installed = []
     stand_in = type("K", (), {"install": staticmethod(installed.append)})
     block = text[text.index("KevinOriginalModel = Model"):]
-    exec(compile(block.replace("import mlp_block_act_kevin  # noqa: E402", ""), "block", "exec"),
+    exec(compile(block.replace("import mlp_block_act_kevin  # noqa: E402", "pass"), "block", "exec"),
          {**namespace, "mlp_block_act_kevin": stand_in}, namespace)
     model = namespace["Model"](1, 2)
     assert installed == [model] and model.args == (1, 2) and namespace["KevinOriginalModel"] is not namespace["Model"]
@@ -222,7 +222,8 @@ def test_install_several_kernels_wraps_get_model_once_for_each(repo):
     shown = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--kernel",
                   "mlp_block_norm_kevin.py", cwd=repo)
     assert shown.returncode == 0, shown.stderr
-    assert "+import mlp_block_act_kevin\n+import mlp_block_norm_kevin" in shown.stdout
+    assert "+    from . import mlp_block_act_kevin, mlp_block_norm_kevin\n" in shown.stdout
+    assert "+    import mlp_block_act_kevin\n+    import mlp_block_norm_kevin\n" in shown.stdout
     assert ("+    return mlp_block_norm_kevin.install(mlp_block_act_kevin.install(MLPBlock(dim, hidden).eval()))"
             in shown.stdout)
     twice = kevin("install", "mlp_block.py", "--kernel", "mlp_block_act_kevin.py", "--kernel", "mlp_block_act_kevin.py",

@@ -5,6 +5,9 @@ thing another way, so nothing compiles; the delivered C++ kernel is installed in
 
 from __future__ import annotations
 
+import copy
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -116,7 +119,10 @@ def test_autograd_mode_and_device_keep_the_original(net):
     model.eval()
     uninstall_kernel(model, "scale")
     install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[4,8], None"], device="cuda", training=False)
-    with torch.no_grad():
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="verified on cuda, not on cpu; the original forward runs"):
+        model(x)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
         model(x)
     assert model.scale.forward.kernel_calls == 0  # verified on another device
 
@@ -129,3 +135,19 @@ def test_a_second_install_and_an_uninstall_without_one_are_refused(net):
     uninstall_kernel(model, "scale")
     with pytest.raises(ValueError, match="no kernel is installed"):
         uninstall_kernel(model, "scale")
+
+
+def test_a_copied_model_runs_the_kernel_on_its_own_weights(net):
+    model, x = net
+    install_kernel(model, "scale", ScaleKernel, [8], signatures=["float32[n0,8], None"], device="cpu", training=False)
+    twin = copy.deepcopy(model)
+    guard = twin.scale.forward
+    assert guard is not model.scale.forward and guard.module is twin.scale
+    with torch.no_grad():
+        twin.scale.weight.mul_(3.0)
+        got = twin(x)
+        uninstall_kernel(twin, "scale")
+        want = twin(x)
+    torch.testing.assert_close(got, want)
+    assert guard.kernel.weight is twin.scale.weight and guard.kernel_calls == 3
+    assert model.scale.forward.kernel_calls == 0

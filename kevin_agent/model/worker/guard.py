@@ -6,18 +6,38 @@ installed; the profile and extraction workers import it to name signatures the s
 
 A call's signature names every argument in the order of the module's ``forward`` (keyword
 arguments and defaults bound to their parameters): a tensor as its dtype and shape, with its
-strides when it is not contiguous; anything else as its ``repr``. The installed kernel runs for a
-call only when that signature is one it was verified at, its tensors are on the device it was
+strides when it is not contiguous; anything else as its ``repr``. A verified signature may name a
+dimension by a symbol (``float32[n0,256]``): the kernel was verified at several sizes there, and a
+call may have any size in it (one size wherever the same symbol stands). The installed kernel runs
+for a call only when its signature is one it was verified at, its tensors are on the device it was
 verified on, the module is in the mode it was extracted in (where its forward reads the mode), and
 autograd is not recording (the kernel has no backward); every other call runs the module's
 original forward.
+
+The kernel is a PyTorch custom operator (``torch.library.custom_op``; its fake implementation is
+the module's original forward on fake tensors), and the guard's checks are plain tensor property
+checks, so ``torch.compile(fullgraph=True)`` and ``torch.export`` trace a model with kernels
+installed, the checks becoming their guards. Nothing is built on import or install: the kernel's
+code runs (and its extension builds or loads from the cache) on the first call it would serve. A
+kernel that cannot be built, or a call on a device it was not verified on, runs the original
+forward after one warning that says why; ``KEVIN_KERNELS=0`` in the environment turns every
+installed kernel off.
 """
 
 from __future__ import annotations
 
+import ast
+import copy
 import inspect
+import os
+import re
+import warnings
+import weakref
 
 import torch
+
+KERNELS_ENV = "KEVIN_KERNELS"
+"""``KEVIN_KERNELS=0`` in the environment: every installed kernel runs its original forward."""
 
 
 def _tensor_key(value: torch.Tensor) -> str:
@@ -77,84 +97,411 @@ def _tensors(value):
             yield from _tensors(item)
 
 
+def kernels_enabled() -> bool:
+    return os.environ.get(KERNELS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def split_signature(key: str) -> list[str]:
+    """A signature's arguments, split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(key):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0 and key[i + 1:i + 2] == " ":  # strides join with "," alone
+            parts.append(key[start:i].strip())
+            start = i + 1
+    if key.strip():
+        parts.append(key[start:].strip())
+    return parts
+
+
+_TENSOR = re.compile(r"^(\w+)\[([\w,]*)\](?:@([\d,]+))?$")
+_NOT_A_VALUE = object()
+
+
+class TensorSpec:
+    """One tensor argument of a verified signature: its dtype, rank, each dimension's size (an
+    int) or symbol (a name), and its strides where it is not contiguous."""
+
+    def __init__(self, dtype: torch.dtype, shape: list, strides: tuple | None) -> None:
+        self.dtype = dtype
+        self.shape = shape
+        self.rank = len(shape)
+        self.strides = strides
+
+
+def _value_spec(text: str):
+    if text.startswith("torch.") and isinstance(getattr(torch, text[6:], None), torch.dtype):
+        return getattr(torch, text[6:])
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return _NOT_A_VALUE
+    return value if value is None or isinstance(value, (bool, int, float, str)) else _NOT_A_VALUE
+
+
+class CallSpec:
+    """A verified signature, read once at install into checks that cost a few attribute reads per
+    call (and that Dynamo turns into guards). A signature of nested arguments is compared as text."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.items: list | None = []
+        for part in split_signature(key):
+            match = _TENSOR.match(part)
+            dtype = getattr(torch, match[1], None) if match else None
+            if match and isinstance(dtype, torch.dtype):
+                shape = [int(d) if d.isdigit() else d for d in match[2].split(",") if d]
+                strides = tuple(int(s) for s in match[3].split(",")) if match[3] else None
+                self.items.append(TensorSpec(dtype, shape, strides))
+                continue
+            value = _value_spec(part)
+            if value is _NOT_A_VALUE:
+                self.items = None
+                break
+            self.items.append(value)
+        self.family = self.items is not None and any(
+            isinstance(d, str) for t in self.items if isinstance(t, TensorSpec) for d in t.shape)
+
+    def admits(self, values: list) -> bool:
+        if self.items is None:
+            return call_signature(values) == self.key
+        if len(values) != len(self.items):
+            return False
+        sizes = {}
+        for value, spec in zip(values, self.items):
+            if isinstance(spec, TensorSpec):
+                if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or value.dim() != spec.rank:
+                    return False
+                for dim, want in enumerate(spec.shape):
+                    got = value.shape[dim]
+                    if isinstance(want, str):
+                        if got < 1 or sizes.setdefault(want, got) != got:
+                            return False
+                    elif got != want:
+                        return False
+                if spec.strides is None:
+                    if not value.is_contiguous():
+                        return False
+                elif tuple(value.stride()) != spec.strides:
+                    return False
+            elif isinstance(value, torch.Tensor) or type(value) is not type(spec) or value != spec:
+                return False
+        return True
+
+    def tensors(self, values: list) -> list:
+        return [v for v, spec in zip(values, self.items) if isinstance(spec, TensorSpec)]
+
+    def rebuild(self, tensors: list) -> list:
+        """The call's arguments from its tensors (the rest are the signature's own values)."""
+        it = iter(tensors)
+        return [next(it) if isinstance(spec, TensorSpec) else spec for spec in self.items]
+
+
+class KernelSource:
+    """The kernel's code (a module defining ``ModelNew``), run on first use, once for every module
+    it goes into. Where it cannot run, says why once and stays that way."""
+
+    def __init__(self, name: str, code: str | None = None, *, kernel_class=None, build_dir: str | None = None) -> None:
+        self.name = name
+        self.code = code
+        self.kernel_class = kernel_class
+        self.build_dir = build_dir
+        """TORCH_EXTENSIONS_DIR when the module was imported: a build made for it is found there."""
+        self.error = ""
+        self.warned = set()
+
+    def load(self):
+        """``ModelNew``, its code run now where it has not run yet; None where it cannot run."""
+        if self.kernel_class is None and not self.error:
+            if not kernels_enabled():
+                return None
+            saved = os.environ.get("TORCH_EXTENSIONS_DIR")
+            if saved is None and self.build_dir:
+                os.environ["TORCH_EXTENSIONS_DIR"] = self.build_dir
+            try:
+                scope = {"__name__": f"{self.name}_kernel"}
+                exec(compile(self.code, f"<kernel of {self.name}>", "exec"), scope)
+                if not isinstance(scope.get("ModelNew"), type):
+                    raise RuntimeError("the kernel's code defines no class ModelNew")
+                self.kernel_class = scope["ModelNew"]
+            except Exception as exc:  # a build failure is as varied as the toolchains it meets
+                lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+                self.error = f"{type(exc).__name__}: {lines[-1] if lines else ''}".strip().rstrip(":")
+                self.warn("build", f"the kernel cannot be built or loaded here ({self.error})")
+            finally:
+                if saved is None:
+                    os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+        return self.kernel_class
+
+    def warn(self, what: str, why: str) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            warnings.warn(f"{self.name}: {why}; the original forward runs instead", RuntimeWarning, stacklevel=4)
+
+
+_GUARDS: list = []
+"""Every guard installed in this process (a weak reference: a model dropped takes its guards with
+it), by slot: the custom operator finds its guard by it."""
+_OPS: dict = {}
+
+
+def _guard(slot: int):
+    guard = _GUARDS[slot]()
+    if guard is None:  # an exported program outliving the model it was exported from
+        raise RuntimeError("the model this kernel was installed in is gone: keep it alive, or install the kernel "
+                           "again and export again")
+    return guard
+
+
+def _kernel_op(name: str):
+    """The custom operator ``name`` (``kevin::<module>``): the kernel at one call of one guard. Its
+    fake implementation runs the module's original forward on the fake tensors, so the shapes and
+    dtypes of its outputs are the original's wherever it is traced."""
+    if name in _OPS:
+        return _OPS[name]
+    namespace, _, base = name.partition("::")
+    final, n = base, 1
+    while hasattr(getattr(torch.ops, namespace), final):  # another copy of the module registered it
+        n += 1
+        final = f"{base}_{n}"
+
+    def kernel(slot: int, spec: int, tensors: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
+        return _guard(slot).run_kernel(spec, tensors, params)
+
+    def fake(slot, spec, tensors, params):
+        return _guard(slot).run_original(spec, tensors, params)
+
+    op = torch.library.custom_op(f"{namespace}::{final}", kernel, mutates_args=())
+    op.register_fake(fake)
+    _OPS[name] = op
+    return op
+
+
+def _as_list(out, guard) -> list:
+    if isinstance(out, torch.Tensor):
+        guard.single = True
+        return [out]
+    guard.single = False
+    return list(out)
+
+
 class KernelGuard:
     """Stands in for one submodule's ``forward``: the kernel inside the envelope it was verified
-    in, the original forward everywhere else. Counts the calls that took each path."""
+    in, the original forward everywhere else. Counts the calls that took each path (under
+    ``torch.compile`` the kernel's calls alone, counted where it runs)."""
 
-    def __init__(self, module: torch.nn.Module, kernel: torch.nn.Module, original, *,
-                 signatures: list[str], device: str, training: bool | None) -> None:
+    def __init__(self, module: torch.nn.Module, source: KernelSource, original, *, signatures: list[str],
+                 device: str, training: bool | None, init_inputs: list, seed: int = 0, op: str = "") -> None:
         self.module = module
-        self.kernel = kernel
+        self.source = source
         self.original = original
         self.signatures = frozenset(signatures)
+        self.specs = [CallSpec(key) for key in signatures]
         self.device = device
         self.training = training
+        self.init_inputs = init_inputs
+        self.seed = seed
+        self.enabled = kernels_enabled()
+        self.kernel = None
+        self.broken = False
+        self.single = True
         self.kernel_calls = 0
         self.fallback_calls = 0
+        self.slot = len(_GUARDS)
+        _GUARDS.append(weakref.ref(self))
+        self.op = _kernel_op(op or f"kevin::{source.name}")
+        self.names = [name for name, _ in [*module.named_parameters(), *module.named_buffers()]]
+        self.owners = [(module.get_submodule(n.rpartition(".")[0]), n.rpartition(".")[2]) for n in self.names]
+        self.pairs: dict[str, str] = {}
         try:  # once, not per call: inspect.signature costs as much as a small module's forward
-            self.signature = inspect.signature(original)
+            self._signature = inspect.signature(original)
         except (TypeError, ValueError):
-            self.signature = None
+            self._signature = None
+        self._parameters = self._bind_parameters(self._signature)
+        self._arity = len(self._parameters) if self._parameters is not None else -1
+        self._wrapper = _Original(module, original)
+
+    @staticmethod
+    def _bind_parameters(signature):
+        """(name, default) per parameter of ``original``, or None where it takes ``*args``,
+        ``**kwargs`` or keyword-only ones (such a call is bound by ``inspect``)."""
+        if signature is None:
+            return None
+        params = signature.parameters.values()
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+            return None
+        return [(p.name, p.default) for p in params]
+
+    def bind(self, args: tuple, kwargs: dict):
+        """The call's arguments in ``forward``'s order, defaults filled in; None where they do not bind."""
+        if self._parameters is None:
+            return bound_arguments(self.original, args, kwargs, self._signature)
+        if len(args) > len(self._parameters):
+            return None
+        values = list(args)
+        used = 0
+        for name, default in self._parameters[len(args):]:
+            if name in kwargs:
+                values.append(kwargs[name])
+                used += 1
+            elif default is inspect.Parameter.empty:
+                return None
+            else:
+                values.append(default)
+        return values if used == len(kwargs) else None
+
+    def admitted(self, values: list, compiling: bool = False) -> int:
+        """The verified signature this call is at (its index), or -1: the original forward serves it."""
+        if self.training is not None and self.module.training != self.training:
+            return -1
+        for i, spec in enumerate(self.specs):
+            if spec.admits(values):
+                tensors = [v for v in values if isinstance(v, torch.Tensor)] if spec.items is not None else [
+                    *_tensors(values)]
+                for t in tensors:
+                    if t.device.type != self.device:
+                        if not compiling:
+                            self.source.warn("device", f"the kernel was verified on {self.device}, not on "
+                                                       f"{t.device.type}")
+                        return -1
+                if torch.is_grad_enabled() and (any(t.requires_grad for t in tensors) or any(
+                        getattr(o, leaf).requires_grad for o, leaf in self.owners)):
+                    return -1
+                return i
+        return -1
+
+    _SHARED = ("source", "specs", "signatures", "op", "_signature", "_parameters")
+    """What a copy of the model shares with this guard (the rest is copied with the module)."""
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy(model): the copy's guard serves the copied module, on its copied weights,
+        # under a slot of its own (the custom operator is shared, and cannot be copied)
+        new = object.__new__(KernelGuard)
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            setattr(new, name, value if name in self._SHARED else copy.deepcopy(value, memo))
+        new.slot = len(_GUARDS)
+        _GUARDS.append(weakref.ref(new))
+        return new
 
     def fits(self, values: list) -> bool:
         """Whether a call with these bound arguments is one the kernel was verified for."""
-        if self.training is not None and self.module.training != self.training:
-            return False
-        tensors = [*_tensors(values)]
-        if any(t.device.type != self.device for t in tensors):
-            return False
-        if torch.is_grad_enabled() and (any(t.requires_grad for t in tensors)
-                                        or any(p.requires_grad for p in self.kernel.parameters())):
-            return False
-        return call_signature(values) in self.signatures
+        return self.admitted(values) >= 0
 
     def __call__(self, *args, **kwargs):
-        values = bound_arguments(self.original, args, kwargs, self.signature)
-        if self.fits(values):
-            self.kernel_calls += 1
-            return self.kernel(*values)
-        self.fallback_calls += 1
+        compiling = torch.compiler.is_compiling()
+        if self.enabled and not self.broken:
+            # the common call, every argument given by position, binds without a loop
+            values = list(args) if not kwargs and len(args) == self._arity else self.bind(args, kwargs)
+            spec = self.admitted(values, compiling) if values is not None else -1
+            if spec >= 0:
+                if compiling:
+                    if self.specs[spec].items is not None:
+                        tensors = self.specs[spec].tensors(values)
+                        out = self.op(self.slot, spec, tensors, [getattr(o, leaf) for o, leaf in self.owners])
+                        return out[0] if self.single else tuple(out)
+                elif self.kernel is not None or self.ready():
+                    self.kernel_calls += 1
+                    return self.kernel.forward(*values)  # the kernel module has no hooks of its own to run
+        if not compiling:
+            self.fallback_calls += 1
         return self.original(*args, **kwargs)
 
+    def ready(self) -> bool:
+        """The kernel made (its code run, its extension built or loaded) on first use; False where it
+        cannot be, from then on."""
+        if self.kernel is None and not self.broken:
+            kernel_class = self.source.load()
+            if kernel_class is None:
+                self.broken = True
+                return False
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed)
+                kernel = kernel_class(*self.init_inputs)
+            where = next(iter([*self.module.parameters(), *self.module.buffers()]), None)
+            if where is not None:
+                kernel.to(where.device)
+            self.pairs = _share(kernel, self.module)
+            self.kernel = kernel
+        return self.kernel is not None
 
-def _share(kernel: torch.nn.Module, module: torch.nn.Module) -> None:
+    def run_kernel(self, spec: int, tensors: list, params: list) -> list:
+        """The custom operator's real implementation: the kernel on these tensors and parameters
+        (the module's own, unless a compiled graph passes others), or the original forward where
+        the kernel cannot run here."""
+        values = self.specs[spec].rebuild(tensors)
+        if not self.ready():
+            self.fallback_calls += 1
+            return _as_list(self._wrapper.call(self.names, params, values), self)
+        self.kernel_calls += 1
+        current = [getattr(o, leaf) for o, leaf in self.owners]
+        if all(p is c for p, c in zip(params, current)):
+            out = self.kernel(*values)
+        else:
+            mine = {self.pairs[n]: p for n, p in zip(self.names, params) if n in self.pairs}
+            out = torch.func.functional_call(self.kernel, mine, tuple(values), strict=False)
+        return [o.clone() if any(o is t for t in tensors) else o for o in _as_list(out, self)]
+
+    def run_original(self, spec: int, tensors: list, params: list) -> list:
+        """The custom operator's fake implementation: the original forward on the fake tensors."""
+        return _as_list(self._wrapper.call(self.names, params, self.specs[spec].rebuild(tensors)), self)
+
+
+class _Original(torch.nn.Module):
+    """The module's original forward, callable on parameters given in place of its own."""
+
+    def __init__(self, module: torch.nn.Module, original) -> None:
+        super().__init__()
+        self.target = module
+        self.__dict__["original"] = original
+
+    def forward(self, values):
+        return self.original(*values)
+
+    def call(self, names: list, params: list, values: list):
+        given = {f"target.{n}": p for n, p in zip(names, params)}
+        return torch.func.functional_call(self, given, (values,), strict=False)
+
+
+def _share(kernel: torch.nn.Module, module: torch.nn.Module) -> dict[str, str]:
     """Make the kernel use the module's own parameters and buffers, the same tensors (so that
     loading weights into the model, or training it, reaches the kernel too), paired as the
     evaluation paired them when it gave the kernel the reference's weights: by name, dtype and
-    shape, then the rest in order when every remaining one matches."""
+    shape, then the rest in order when every remaining one matches. Returns the pairs (the
+    module's name of each tensor: the kernel's)."""
     own = dict([*module.named_parameters(), *module.named_buffers()])
     mine = dict([*kernel.named_parameters(), *kernel.named_buffers()])
-    pairs = {name: own[name] for name, t in mine.items()
+    pairs = {name: name for name, t in mine.items()
              if name in own and own[name].shape == t.shape and own[name].dtype == t.dtype}
-    left_own = [t for name, t in own.items() if name not in pairs]
+    left_own = [name for name in own if name not in pairs]
     left_mine = [name for name in mine if name not in pairs]
     if left_own and len(left_own) == len(left_mine) and all(
-            a.shape == mine[b].shape and a.dtype == mine[b].dtype for a, b in zip(left_own, left_mine)):
-        pairs.update(zip(left_mine, left_own))
-    for name, tensor in pairs.items():
-        owner_path, _, leaf = name.rpartition(".")
+            own[a].shape == mine[b].shape and own[a].dtype == mine[b].dtype for a, b in zip(left_own, left_mine)):
+        pairs.update(zip(left_own, left_mine))
+    for name, theirs in pairs.items():
+        owner_path, _, leaf = theirs.rpartition(".")
         owner = kernel.get_submodule(owner_path)
         if leaf in owner._parameters:
-            owner._parameters[leaf] = tensor
+            owner._parameters[leaf] = own[name]
         else:
-            owner._buffers[leaf] = tensor
+            owner._buffers[leaf] = own[name]
+    return pairs
 
 
-def install_kernel(model: torch.nn.Module, path: str, kernel_class, init_inputs: list, *, signatures: list[str],
-                   device: str, training: bool | None, seed: int = 0) -> KernelGuard:
-    """Replace the forward of ``model``'s submodule at ``path`` by a guard around the kernel,
-    made as the evaluation made it (under its seed; the caller's random state is left as it was)."""
+def install_kernel(model: torch.nn.Module, path: str, kernel, init_inputs: list, *, signatures: list[str],
+                   device: str, training: bool | None, seed: int = 0, op: str = "") -> KernelGuard:
+    """Replace the forward of ``model``'s submodule at ``path`` by a guard around the kernel
+    (``kernel``: a ``KernelSource``, or the kernel's class itself), made on its first call as the
+    evaluation made it (under its seed; the caller's random state is left as it was)."""
     module = model.get_submodule(path)
     if isinstance(module.__dict__.get("forward"), KernelGuard):
         raise ValueError(f"a kernel is already installed at {path or 'the model itself'}; uninstall it first")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        kernel = kernel_class(*init_inputs)
-    where = next(iter([*module.parameters(), *module.buffers()]), None)
-    if where is not None:
-        kernel.to(where.device)
-    _share(kernel, module)
-    guard = KernelGuard(module, kernel, module.forward, signatures=signatures, device=device, training=training)
+    source = kernel if isinstance(kernel, KernelSource) else KernelSource(kernel.__name__, kernel_class=kernel)
+    guard = KernelGuard(module, source, module.forward, signatures=signatures, device=device, training=training,
+                        init_inputs=init_inputs, seed=seed, op=op)
     module.forward = guard
     return guard
 
@@ -170,3 +517,11 @@ def uninstall_kernel(model: torch.nn.Module, path: str) -> None:
         del module.forward
     else:
         module.forward = original
+
+
+def kernel_calls(model: torch.nn.Module) -> dict[str, dict[str, int]]:
+    """Per module path with a kernel installed: the calls that ran the kernel and those that ran the
+    original forward."""
+    return {path: {"kernel": g.kernel_calls, "original": g.fallback_calls}
+            for path, module in model.named_modules(remove_duplicate=False)
+            if isinstance(g := module.__dict__.get("forward"), KernelGuard)}

@@ -120,7 +120,10 @@ def run(job: ModelJob, parent) -> E2ERun:
     result = E2ERun(forward_ms=0.0, outputs_match=match, mismatch=mismatch, max_abs_err=outcome.max_abs_err,
                     max_rel_err=outcome.max_rel_err)
     result.kernels = [E2EKernelRun(kernel_calls=sum(g.kernel_calls for _, g in mine),
-                                   fallback_calls=sum(g.fallback_calls for _, g in mine)) for mine in guards]
+                                   fallback_calls=sum(g.fallback_calls for _, g in mine),
+                                   member_calls={path: [g.kernel_calls, g.fallback_calls]
+                                                 for path, (_, g) in zip(kernel.members, mine)})
+                      for kernel, mine in zip(job.kernels, guards)]
     result.kernel_calls = sum(k.kernel_calls for k in result.kernels)
     result.fallback_calls = sum(k.fallback_calls for k in result.kernels)
     if n > 1:

@@ -1,0 +1,165 @@
+"""The shapes a delivered kernel is admitted at: the profiled one, and the family around it.
+
+A real model is called at many batch sizes and sequence lengths. Before a kernel for an
+extracted task is delivered, it is run against the reference at a family of shapes: the
+verified signature with every leading dimension (each tensor's dimensions but its last) turned
+into a symbol and tried at 1, at a small odd size and at a larger one. A kernel that passes them
+all is admitted at the family (``float32[n0,256]``: same rank, dtype, device and fixed
+dimensions, any size where a symbol stands); one that fails (it hard-codes its sizes) is admitted
+at the shapes it passed alone.
+
+Kept free of torch: the check runs in a worker (``worker/family.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from pydantic import BaseModel, Field
+
+from ..config import EvalSettings
+from ..workers import scrubbed_env
+
+_TENSOR = re.compile(r"^(\w+)\[([\d,]*)\]$")
+SMALL_ODD = 7
+
+
+def _split(key: str) -> list[str]:
+    # guard.py's split_signature, which cannot be imported here: it needs torch
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(key):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0 and key[i + 1:i + 2] == " ":  # strides join with "," alone
+            parts.append(key[start:i].strip())
+            start = i + 1
+    if key.strip():
+        parts.append(key[start:].strip())
+    return parts
+
+
+class Trial(BaseModel):
+    key: str
+    shapes: list[list[int]]
+    """Each tensor argument's shape, in order."""
+
+
+class Family(BaseModel):
+    """A verified signature's family: its key with symbols, and the shapes it is tried at."""
+
+    signature: str
+    key: str
+    sizes: dict[str, int]
+    """Each symbol's size in the verified signature."""
+    trials: list[Trial]
+
+
+def family_of(signature: str) -> Family | None:
+    """The family around a verified signature; None where it has no dimension to vary (or arguments
+    the guard compares as text: nested ones, strided tensors)."""
+    parts = _split(signature)
+    tensors = [(i, _TENSOR.match(p)) for i, p in enumerate(parts)]
+    if any(p.startswith(("[", "(", "{", "<")) or "@" in p for p in parts):
+        return None
+    shapes = {i: [int(d) for d in m[2].split(",") if d] for i, m in tensors if m}
+    symbols: dict[int, str] = {}
+    owners: dict[int, set[int]] = {}
+    for i, shape in shapes.items():
+        for size in shape[:-1] if len(shape) > 1 else []:
+            symbols.setdefault(size, f"n{len(symbols)}")
+            owners.setdefault(size, set()).add(i)
+    if not symbols:
+        return None
+
+    def named(i: int) -> list:
+        # a last dimension (a vector's only one) is fixed, unless it is another argument's leading
+        # dimension: a mask [batch, seq] beside activations [batch, seq, dim]
+        shape = shapes[i]
+        last = shape[-1]
+        last_named = symbols[last] if last in symbols and owners[last] - {i} else last
+        return [symbols.get(s, s) for s in shape[:-1]] + [last_named]
+
+    def key_with(sizes: dict[str, int] | None) -> tuple[str, list[list[int]]]:
+        out, all_shapes = [], []
+        for i, part in enumerate(parts):
+            if i not in shapes:
+                out.append(part)
+                continue
+            dims = [sizes[d] if sizes is not None and isinstance(d, str) else d for d in named(i)]
+            all_shapes.append(dims)
+            out.append(f"{tensors[i][1][1]}[{','.join(str(d) for d in dims)}]")
+        return ", ".join(out), all_shapes
+
+    key, _ = key_with(None)
+    original = {name: size for size, name in symbols.items()}
+    trials = []
+    for pick in (lambda s: 1, lambda s: SMALL_ODD if s != SMALL_ODD else SMALL_ODD - 2, lambda s: s + s // 2 + 1):
+        sizes = {name: pick(size) for name, size in original.items()}
+        trial_key, trial_shapes = key_with(sizes)
+        trials.append(Trial(key=trial_key, shapes=trial_shapes))
+    return Family(signature=signature, key=key, sizes=original, trials=trials)
+
+
+class FamilyCheck(BaseModel):
+    """What the family check found, per verified signature."""
+
+    admitted: list[str] = Field(default_factory=list)
+    """The signatures the guard admits: a family's key where it passed, the verified one where not."""
+    passed: dict[str, list[str]] = Field(default_factory=dict)
+    """A family's key: the shapes it was tried at."""
+    failed: dict[str, str] = Field(default_factory=dict)
+    """A verified signature whose family failed: why (the shape and what went wrong)."""
+
+    def describe(self) -> list[str]:
+        """Sentences for the module's docstring and the report."""
+        lines = []
+        for key, shapes in self.passed.items():
+            lines.append(f"{key}: checked against the original at {'; '.join(shapes)}, so admitted at any size where a "
+                         "symbol (n0, n1, ...) stands.")
+        for key, why in self.failed.items():
+            lines.append(f"{key}: admitted at this shape alone; at another size {why} (the kernel may hard-code "
+                         "its sizes).")
+        return lines
+
+
+def check_family(task_path: str, class_name: str, code: str, verified: list[str], settings: EvalSettings, *,
+                 seed: int = 0, build_dir: str | None = None) -> FamilyCheck:
+    """Run the kernel against the reference at each verified signature's family, in a worker."""
+    check = FamilyCheck()
+    families = {key: family_of(key) for key in verified}
+    wanted = [f for f in families.values() if f is not None]
+    results: dict[str, str] = {}
+    if wanted:
+        job = {"task_path": str(task_path), "class_name": class_name, "code": code, "device": settings.device, "seed": seed,
+               "atol": settings.atol, "rtol": settings.rtol,
+               "preset": settings.tolerance, "fast_build": settings.fast_build,
+               "trials": [t.model_dump() for f in wanted for t in f.trials]}
+        env = scrubbed_env({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else None)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "kevin_agent.model.worker.family"], input=json.dumps(job),
+                                  capture_output=True, text=True, env=env, timeout=settings.run_timeout_s)
+            found = [ln for ln in proc.stdout.splitlines() if ln.startswith("kevin-family: ")]
+            results = json.loads(found[-1][len("kevin-family: "):]) if found else {}
+            if not found:
+                why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+                results = {t.key: f"the check failed ({why})" for f in wanted for t in f.trials}
+        except subprocess.TimeoutExpired:
+            results = {t.key: f"the check ran past {settings.run_timeout_s:g} s" for f in wanted for t in f.trials}
+    for key, family in families.items():
+        if family is None:
+            check.admitted.append(key)
+            continue
+        wrong = [(t.key, results.get(t.key, "not checked")) for t in family.trials if results.get(t.key) != ""]
+        if wrong:
+            check.admitted.append(key)
+            check.failed[key] = f"{wrong[0][0]}: {wrong[0][1]}"
+        else:
+            check.admitted.append(family.key)
+            check.passed[family.key] = [t.key for t in family.trials]
+    check.admitted = list(dict.fromkeys(check.admitted))
+    return check
