@@ -111,7 +111,7 @@ class E2ERun(BaseModel):
     """compiled: the median over rounds of the compiled forward without the kernels over the eager
     one with them (at least 1: the kernels in eager are as fast as Inductor without them)."""
     compiled_match: bool = True
-    """compiled: its outputs with the kernels match the eager model's without them."""
+    """compiled: its outputs with the kernels match its own without them."""
     compiled_mismatch: str = ""
     compile_error: str = ""
     """compiled: why the model does not compile (then it is timed in eager alone)."""

@@ -100,21 +100,23 @@ def _matches(loaded: LoadedModel, expected, s, model=None) -> tuple[bool, str, O
     return True, "", outcome
 
 
-def _compiled(loaded: LoadedModel, guards: Guards, every: list[bool]) -> tuple[object, str]:
+def _compiled(loaded: LoadedModel, guards: Guards, every: list[bool]) -> tuple[object, list, str]:
     """The model under ``torch.compile``, called once without the kernels and once with them (each
-    compiles then), or None and why it does not compile."""
+    compiles then), and the leaves of its outputs without them (what it gives with them is compared
+    with those: Inductor's own rounding is not the kernels'); or None and why it does not compile."""
     try:
         compiled = torch.compile(loaded.model)
         with torch.no_grad():
-            for on in ([False] * len(every), every):
-                _set(guards, on)
-                loaded.call(compiled)
+            _set(guards, [False] * len(every))
+            plain = outputs.flatten(loaded.call(compiled))
+            _set(guards, every)
+            loaded.call(compiled)
     except Exception as exc:  # Inductor's own failures as much as the model's: said, not fatal
         lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-        return None, f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+        return None, [], f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
     finally:
         _set(guards, every)
-    return compiled, ""
+    return compiled, [(p, v.clone() if isinstance(v, torch.Tensor) else v) for p, v in plain], ""
 
 
 def run(job: ModelJob, parent) -> E2ERun:
@@ -157,9 +159,9 @@ def run(job: ModelJob, parent) -> E2ERun:
     compiled = None
     if job.compiled:
         parent.note("compiling")
-        compiled, result.compile_error = _compiled(loaded, guards, every)
+        compiled, plain, result.compile_error = _compiled(loaded, guards, every)
         if compiled is not None:
-            result.compiled_match, result.compiled_mismatch, _ = _matches(loaded, expected, s, compiled)
+            result.compiled_match, result.compiled_mismatch, _ = _matches(loaded, plain, s, compiled)
     parent.note("timing")
     variants = [[False] * n, every] + ([[j != i for j in range(n)] for i in range(n)] if n > 1 else [])
     fns = [_variant(loaded, guards, on, every) for on in variants]
