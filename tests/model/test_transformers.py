@@ -111,6 +111,42 @@ def test_a_fault_of_the_workers_own_is_said_as_ours():
     assert "not of model.py" in str(raised.value) and "run the file with python" not in str(raised.value.hint)
 
 
+# --- eager and torch.compile, and which decides ------------------------------------------------------
+
+
+def _measured(mode: str, eager: float, compiled: float | None, error: str = ""):
+    from kevin_agent.delivery.e2e import _result
+    from kevin_agent.model.jobs import E2ERun
+    from kevin_agent.results.records import KernelEffect
+
+    run = E2ERun(forward_ms=9.0, plain_ms=10.0, speedup=eager, compile_error=error)
+    if compiled is not None:
+        run = run.model_copy(update={"compiled_ms": 8.0, "compiled_kernel_ms": 8.0 / compiled,
+                                     "compiled_speedup": compiled, "eager_over_compiled": 8.0 / 9.0})
+    effect = KernelEffect(kernel_file="k_kevin.py", module="norm x9", members=["norm"], share=0.2, module_speedup=2.0)
+    settings = EvalSettings(device="cpu", e2e_mode=mode)
+    return _result(type("F", (), {"given": "m.py"})(), settings, None, [effect], [effect],
+                   [E2ERun(forward_ms=10.0)], [run, run], 2, 1.0)
+
+
+def test_the_mode_says_which_measurement_decides_and_a_loss_to_inductor_is_said():
+    from kevin_agent.model.table import e2e_lines
+
+    eager = _measured("eager", 1.10, 0.95)
+    assert eager.mode == "eager" and eager.speedup == 1.10 and not eager.slower and eager.compiled_speedup == 0.95
+    compiled = _measured("compile", 1.10, 0.95)
+    assert compiled.mode == "compile" and compiled.speedup == 0.95 and compiled.slower
+    assert compiled.eager_speedup == 1.10
+    lines = e2e_lines(compiled)
+    assert "the compile measurement decides (--mode eager|compile)" in lines
+    assert "the kernels help in eager but lose to what Inductor fuses under torch.compile" in lines
+    assert not any("lose to what Inductor" in line for line in e2e_lines(_measured("eager", 1.10, 1.04)))
+    # a model that does not compile is decided in eager, and says why
+    broken = _measured("compile", 1.10, None, "TypeError: no")
+    assert broken.mode == "eager" and broken.speedup == 1.10 and broken.compiled_ms is None
+    assert any("does not compile (TypeError: no)" in line for line in e2e_lines(broken))
+
+
 # --- one computation, one group --------------------------------------------------------------------
 
 
