@@ -35,10 +35,11 @@ MODELS = HERE / "hf_models"
 RESPONSES = HERE / "hf_responses"
 
 
-def tiny_llama(use_cache: bool = True, layers: int = 2):
+def tiny_llama(use_cache: bool = True, layers: int = 2, attention: str = "sdpa"):
     config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
                                       max_position_embeddings=64, use_cache=use_cache)
+    config._attn_implementation = attention
     torch.manual_seed(0)
     return transformers.LlamaModel(config).eval()
 
@@ -81,6 +82,14 @@ def test_a_leaf_that_differs_is_named_by_its_path(tmp_path):
         outputs.same_leaves(out, want, None, None, Outcome())
     with pytest.raises(Mismatch, match=r"another structure: output\.\w+\.layers\[0\]\.keys is missing"):
         outputs.same_leaves({"last_hidden_state": out.last_hidden_state}, want, None, None, Outcome())
+
+
+def test_the_attention_weights_eager_attention_returns_are_leaves_too():
+    model = tiny_llama(attention="eager")
+    with torch.no_grad():
+        out = model(input_ids=_ids(), output_attentions=True)
+    paths = [p for p, _ in outputs.flatten(out)]
+    assert "output.attentions[0]" in paths and "output.attentions[1]" in paths
 
 
 def test_nested_dicts_tuples_and_none_leaves():
@@ -156,9 +165,10 @@ def _attention_identities(model) -> list[str]:
     return [identity(layer.self_attn, reads) for layer in model.layers]
 
 
-def test_attentions_are_one_computation_when_the_forward_reads_no_layer_idx():
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_attentions_are_one_computation_when_the_forward_reads_no_layer_idx(attention):
     # without a cache LlamaAttention never reads its layer_idx: the layers' attentions are alike
-    first, second = _attention_identities(tiny_llama(use_cache=False))
+    first, second = _attention_identities(tiny_llama(use_cache=False, attention=attention))
     assert first == second
     # without the reads, every setting counts: layer_idx 0 and 1 tell them apart
     model = tiny_llama(use_cache=False)
