@@ -85,7 +85,11 @@ class EvalOptions(BaseModel):
     timed_runs: int | None = Field(None, ge=1)
     """Timed runs per measurement; the median is reported (default 100 on cuda, 20 on cpu)."""
     compare_compile: bool | None = None
-    """Also time torch.compile of the reference (default on for cuda, off for cpu)."""
+    """Also time torch.compile of the reference (default on for cuda, off for cpu); the whole model's
+    measurement (optimize's combination, kevin-opt e2e) then times it under torch.compile too."""
+    e2e_mode: Literal["eager", "compile"] = "eager"
+    """Which whole-model measurement decides what is kept: eager, or the model under torch.compile
+    (then timed under it whatever --compare-compile says)."""
     compile_timeout_s: float = Field(600.0, gt=0)
     """Wall-clock limit for building one candidate, in seconds."""
     run_timeout_s: float = Field(300.0, gt=0)

@@ -124,6 +124,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
     _flag(o, "e2e", "--no-e2e", action="store_false",
           help="on a task kevin-opt extract wrote, commit without first running the whole model with the kernel")
     _flag(o, "accept_slower", "--accept-slower", action="store_true")
+    _flag(o, "e2e_mode", "--mode", choices=["eager", "compile"])
     _flag(o, "branch", metavar="NAME")
     _flag(o, "out", type=Path, metavar="PATH")
     _flag(o, "run_dir", type=Path, metavar="DIR")

@@ -78,6 +78,9 @@ def add_parsers(sub, flag, positive_int, nonneg_float) -> None:
     flag(e2e, "atol", type=nonneg_float, metavar="X")
     flag(e2e, "rtol", type=nonneg_float, metavar="X")
     flag(e2e, "timed_runs", type=positive_int, metavar="N")
+    flag(e2e, "compare_compile", action=argparse.BooleanOptionalAction,
+         help="also time the model under torch.compile, without the kernels and with them (default on for cuda)")
+    flag(e2e, "e2e_mode", "--mode", choices=["eager", "compile"])
 
 
 def _fraction(text: str) -> float:

@@ -13,6 +13,11 @@ times all but each beside the rest: a kernel whose presence changes the outputs,
 the model is faster, is dropped with the reason, and the kept ones are measured again together.
 The prediction is Amdahl's for the combination, from each kernel's share of the forward (the
 profile's, its modules' summed) and its own confirmed speedup.
+
+Where ``compare_compile`` is on (the default on cuda) or the mode is ``compile``, the worker with
+the kernels also times the model under ``torch.compile`` without them and with them, in the same
+rounds: both measurements are shown, and ``e2e_mode`` says which one decides whether the kernels
+make the model slower (a kernel that helps in eager can lose to what Inductor fuses).
 """
 
 from __future__ import annotations
@@ -96,8 +101,9 @@ def measure(model_file: ModelFile, kernels: Path | list[Path], settings: EvalSet
     kept = [i for i in kept if not effects[i].dropped] or kept
     result = _result(model_file, settings, profile, [effects[i] for i in kept], effects, base, with_kernels, rounds,
                      time.monotonic() - started)
-    pooled = [x for r in with_kernels for x in r.ratios] or [r.speedup for r in with_kernels]
-    result.speedup_interval = list(median_interval(pooled))
+    if result.mode == "eager":  # the interleaved ratios are eager's; a compiled speedup has no interval here
+        pooled = [x for r in with_kernels for x in r.ratios] or [r.speedup for r in with_kernels]
+        result.speedup_interval = list(median_interval(pooled))
     return result
 
 
@@ -114,11 +120,16 @@ def _rounds(model_file: ModelFile, jobs: list[E2EKernel], settings: EvalSettings
     with_kernels: list[E2ERun] = []
     with tempfile.TemporaryDirectory(prefix="kevin-e2e-") as scratch:
         job = {"mode": "e2e", "settings": settings, "model_path": str(model_file.path), "kernels": jobs,
-               "outputs_path": str(Path(scratch) / "outputs.pt")}
+               "outputs_path": str(Path(scratch) / "outputs.pt"), "compiled": compiled(settings)}
         for _ in range(rounds):
             base.append(_run(job, model_file, limit).e2e)
             with_kernels.append(_run({**job, "with_kernels": True}, model_file, limit).e2e)
     return base, with_kernels
+
+
+def compiled(settings: EvalSettings) -> bool:
+    """Whether the whole model is also timed under torch.compile."""
+    return bool(settings.compare_compile) or settings.e2e_mode == "compile"
 
 
 def _record(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) -> None:
@@ -173,16 +184,38 @@ def _result(model_file: ModelFile, settings: EvalSettings, profile: ModelProfile
     predicted = (1.0 / (1.0 - share + sum(k.share / k.module_speedup for k in kept)) if known else None)
     first = with_kernels[0]
     mismatched = next((r for r in with_kernels if not r.outputs_match), None)
+    timed = [r for r in with_kernels if r.compiled_speedup is not None]
+    under = _compiled_fields(with_kernels) if timed else {"compile_error": next(
+        (r.compile_error for r in with_kernels if r.compile_error), "")}
+    mode = "compile" if settings.e2e_mode == "compile" and timed else "eager"
+    deciding = under["compiled_speedup"] if mode == "compile" else speedup
+    if mode == "compile" and mismatched is None and not under["compiled_outputs_match"]:
+        mismatched = E2ERun(forward_ms=0.0, outputs_match=False,
+                            mismatch=f"under torch.compile: {under['compiled_mismatch']}")
     return E2EResult(
         model_file=model_file.given, kernel_file=", ".join(k.kernel_file for k in kept),
         module=", ".join(k.module for k in kept), device=settings.device,
         device_name=profile.device_name if profile is not None else settings.device, baseline_ms=baseline_ms,
-        kernel_ms=kernel_ms, speedup=speedup, workers_speedup=baseline_ms / kernel_ms, share=share,
+        kernel_ms=kernel_ms, speedup=deciding, eager_speedup=speedup, mode=mode,
+        workers_speedup=baseline_ms / kernel_ms, share=share,
         module_speedup=None if several else kept[0].module_speedup, predicted=predicted,
         outputs_match=mismatched is None, max_abs_err=first.max_abs_err, max_rel_err=first.max_rel_err,
         mismatch=mismatched.mismatch if mismatched else "", tolerance=settings.tolerance,
         kernel_calls=sum(k.kernel_calls for k in kept), fallback_calls=sum(k.fallback_calls for k in kept),
-        member_calls={path: calls for k in kept for path, calls in k.member_calls.items()}, rounds=rounds, slower=speedup < 1.0, wall_s=round(wall_s, 3), kernels=effects if several else [])
+        member_calls={path: calls for k in kept for path, calls in k.member_calls.items()},
+        rounds=rounds, slower=deciding < 1.0, wall_s=round(wall_s, 3), kernels=effects if several else [], **under)
+
+
+def _compiled_fields(runs: list[E2ERun]) -> dict:
+    """The compiled model's times over the workers that timed it: the best of the rounds' medians,
+    the median of their ratios."""
+    timed = [r for r in runs if r.compiled_speedup is not None]
+    bad = next((r for r in timed if not r.compiled_match), None)
+    return {"compiled_ms": min(r.compiled_ms for r in timed),
+            "compiled_kernel_ms": min(r.compiled_kernel_ms for r in timed),
+            "compiled_speedup": statistics.median(r.compiled_speedup for r in timed),
+            "eager_over_compiled": statistics.median(r.eager_over_compiled for r in timed),
+            "compiled_outputs_match": bad is None, "compiled_mismatch": bad.compiled_mismatch if bad else ""}
 
 
 def _run(job: dict, model_file: ModelFile, limit: float):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from .. import workers
 from .records import ModelProfile
 
-ErrorKind = Literal["", "model", "module", "capture", "fit", "environment", "kernel"]
+ErrorKind = Literal["", "model", "module", "capture", "fit", "environment", "kernel", "internal"]
 
 
 class E2EKernel(BaseModel):
@@ -43,6 +43,8 @@ class ModelJob(workers.Job):
     """e2e: the kernel modules (taken out where the model file installs them itself, without)."""
     with_kernels: bool = False
     """e2e: the model with every kernel in ``kernels`` (else without any of them)."""
+    compiled: bool = False
+    """e2e with the kernels: also time the model under torch.compile, without them and with them."""
     outputs_path: str = ""
     """e2e: where the model's outputs are written (without the kernels) or read to compare (with them)."""
 
@@ -103,13 +105,28 @@ class E2ERun(BaseModel):
     fallback_calls: float = 0.0
     kernels: list[E2EKernelRun] = Field(default_factory=list)
     """Per kernel, in the job's order."""
+    compiled_ms: float | None = None
+    """compiled: the median forward under torch.compile without the kernels, timed in the same rounds."""
+    compiled_kernel_ms: float | None = None
+    """compiled: with every kernel."""
+    compiled_speedup: float | None = None
+    """compiled: the median over rounds of the compiled forward without the kernels over with them."""
+    eager_over_compiled: float | None = None
+    """compiled: the median over rounds of the compiled forward without the kernels over the eager
+    one with them (at least 1: the kernels in eager are as fast as Inductor without them)."""
+    compiled_match: bool = True
+    """compiled: its outputs with the kernels match its own without them."""
+    compiled_mismatch: str = ""
+    compile_error: str = ""
+    """compiled: why the model does not compile (then it is timed in eager alone)."""
 
 
 class ModelReply(workers.Reply):
     KIND = "model-reply"
     error_kind: ErrorKind = ""
     """model: the model file cannot be built or run; module: no such module; capture: it cannot
-    be captured; fit: the model does not fit the device; kernel: the kernel cannot be installed."""
+    be captured; fit: the model does not fit the device; kernel: the kernel cannot be installed;
+    internal: kevin-opt's own machinery failed (not the person's file)."""
     paths: list[str] = Field(default_factory=list)
     """module: the module paths the model has."""
     profile: ModelProfile | None = None

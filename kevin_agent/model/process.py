@@ -43,6 +43,9 @@ def checked(reply: ModelReply, model_file: ModelFile) -> ModelReply:
         raise EnvironmentUnavailable(reply.error, reply.hint or None)
     if reply.error_kind == "module":
         raise ModelError(f"{model_file.given}: {reply.error}", closest_paths(reply.error, reply.paths))
+    if reply.error_kind == "internal":
+        raise EnvironmentUnavailable(f"{reply.error} (a fault of kevin-opt's, not of {model_file.given})",
+                         "please report it with this message; your model file is not the cause")
     hints = {"model": "run the file with python to see the error, and fix it there",
              "kernel": "check that the kernel module was delivered for this model and module"}
     raise ModelError(f"{model_file.given}: {reply.error}", reply.hint or hints.get(reply.error_kind))

@@ -150,7 +150,26 @@ def e2e_lines(result: E2EResult) -> list[str]:
                  f"{result.fallback_calls:g}")
     if len(result.member_calls) > 1 or result.fallback_calls:
         lines.append(_members_line(result.member_calls))
-    return [*lines, _outputs_line(result)]
+    return [*lines, *compiled_lines(result), _outputs_line(result)]
+
+
+def compiled_lines(result: E2EResult) -> list[str]:
+    """The model in eager and under torch.compile, with and without the kernels, and which decides."""
+    eager = result.eager_speedup if result.eager_speedup is not None else result.speedup
+    if result.compiled_speedup is None:
+        if result.compile_error:
+            return [f"torch.compile: the model does not compile ({result.compile_error}); measured in eager alone"]
+        return []
+    lines = [f"eager: {result.baseline_ms:.3g} ms without the kernels, {result.kernel_ms:.3g} ms with "
+             f"them ({eager:.2f}x); torch.compile: {result.compiled_ms:.3g} ms without, {result.compiled_kernel_ms:.3g}"
+             f" ms with ({result.compiled_speedup:.2f}x); eager with the kernels against compiled without them: "
+             f"{result.eager_over_compiled:.2f}x",
+             f"the {result.mode} measurement decides (--mode eager|compile)"]
+    if result.inductor_wins:
+        lines.append("the kernels help in eager but lose to what Inductor fuses under torch.compile")
+    if result.compiled_outputs_match is False:
+        lines.append(f"under torch.compile the outputs with the kernels DIFFER: {result.compiled_mismatch}")
+    return lines
 
 
 def _members_line(calls: dict[str, list[float]]) -> str:
@@ -191,4 +210,4 @@ def _combined_lines(result: E2EResult) -> list[str]:
                      f"ran the original forward {k.fallback_calls:g}{effect}")
         if len(k.member_calls) > 1 or k.fallback_calls:
             lines.append("  " + _members_line(k.member_calls))
-    return [*lines, _outputs_line(result)]
+    return [*lines, *compiled_lines(result), _outputs_line(result)]

@@ -74,6 +74,14 @@ def _contribution(g: GroupRun) -> str:
     return _x(g.contribution) + (f" [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]" if lo_hi else "")
 
 
+def _compiled_rows(e2e) -> list[str]:
+    """The same model under torch.compile, where it was measured."""
+    from ..model.table import compiled_lines
+
+    lines = compiled_lines(e2e)
+    return [*(f"- {line}" for line in lines), ""] if lines else []
+
+
 def render_markdown(record: OptimizeRecord) -> str:
     e2e = record.e2e
     name = Path(record.model_file).name
@@ -92,7 +100,7 @@ def render_markdown(record: OptimizeRecord) -> str:
                   "rounds of fresh workers and pooled, with the 95% interval of that median; the kernels would "
                   "be dropped together only where the whole interval were below 1. The prediction is "
                   "1 / (1 - sum(share) + sum(share / speedup)) over the kept kernels, from the profile's shares "
-                  "and each kernel's confirmed speedup on its task.", ""]
+                  "and each kernel's confirmed speedup on its task.", "", *_compiled_rows(e2e)]
     lines += ["## Groups", "",
               "| group | share | kernel on its task (95% interval) | signatures | in the whole model | state | run |",
               "|---|---|---|---|---|---|---|"]

@@ -368,6 +368,31 @@ class E2EResult(Record):
     wall_s: float = 0.0
     kernels: list[KernelEffect] = Field(default_factory=list)
     """With more than one kernel: each, kept or dropped, in the order given."""
+    mode: Literal["eager", "compile"] = "eager"
+    """Which measurement decided ``slower`` (and what an optimize keeps): eager, or under torch.compile."""
+    eager_speedup: float | None = None
+    """The eager speedup (``speedup`` is the deciding mode's)."""
+    compiled_ms: float | None = None
+    """The model under torch.compile without the kernels (median forward, the best of the rounds);
+    None where it was not measured."""
+    compiled_kernel_ms: float | None = None
+    """Under torch.compile with the kernels."""
+    compiled_speedup: float | None = None
+    """Under torch.compile: the median of the rounds' medians of the forward without the kernels
+    over with them, interleaved."""
+    eager_over_compiled: float | None = None
+    """The compiled model without the kernels over the eager model with them (at least 1: the
+    kernels in eager are as fast as what Inductor makes of the model alone)."""
+    compiled_outputs_match: bool | None = None
+    compiled_mismatch: str = ""
+    compile_error: str = ""
+    """Why the model does not compile (then it is measured in eager alone)."""
+
+    @property
+    def inductor_wins(self) -> bool:
+        """The kernels help in eager but lose to what Inductor fuses."""
+        return (self.eager_speedup or self.speedup) > 1.0 and self.compiled_speedup is not None \
+            and self.compiled_speedup < 1.0
 
     @property
     def kept(self) -> list[KernelEffect]:

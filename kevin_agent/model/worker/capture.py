@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...evaluate.worker import describe, import_file, leaves, same_values
+from ...evaluate.worker import describe, import_file, same_values
 from ..groups import in_model_order, merged_signatures
 from ..jobs import CapturedTask
 from ..records import ExtractedTask, SignatureCount, SignatureUse
-from . import taskfile
+from . import outputs, taskfile
 from .graph import export_graph, fx_graph, graph_body
 from .guard import bound_arguments, call_signature
 from .loading import LoadedModel, forward
@@ -132,9 +132,10 @@ def record_module(loaded: LoadedModel, paths: list[str]) -> dict[str, Calls]:
 
 def _same(got, want) -> str:
     """Empty when ``got`` is ``want`` bit for bit; else how they differ."""
-    g, w = leaves(got), leaves(want)
-    if len(g) != len(w):
-        return f"it returns {len(g)} values, the module {len(w)}"
+    g, w = outputs.flatten(got), outputs.flatten(want)
+    if [p for p, _ in g] != [p for p, _ in w]:
+        return f"it returns {len(g)} values ({', '.join(p for p, _ in g[:4])}), the module {len(w)} " \
+               f"({', '.join(p for p, _ in w[:4])})"
     for (path, a), (_, b) in zip(g, w):
         if isinstance(b, torch.Tensor):
             if not isinstance(a, torch.Tensor) or not same_values(a, b):

@@ -6,7 +6,9 @@ its class by name and by source (a class of the same name written differently is
 computation), its mode, and its settings, the plain values it holds (``eps``, ``in_features``,
 a function it calls through an attribute, by its code); then every parameter's and buffer's
 name, shape, dtype and device. Not the values of the weights: each member runs the kernel on
-its own.
+its own. Only the settings the recorded forward read count (``Reads``): each ``LlamaAttention``
+holds its own ``layer_idx``, which its forward reads only with a cache, so without one every
+layer's attention is one computation.
 """
 
 from __future__ import annotations
@@ -61,10 +63,61 @@ def _plain(value) -> str | None:
     return None
 
 
-def _settings(module: torch.nn.Module) -> str:
+_TRACING: dict[type, type] = {}
+_ACTIVE: list[dict[int, set[str]]] = []
+"""The reads being noted (the innermost ``Reads`` block's), per module id."""
+
+
+def _tracing(cls: type) -> type:
+    """``cls`` with every read of an instance attribute noted while a ``Reads`` block is open."""
+    if cls not in _TRACING:
+        get = cls.__getattribute__
+
+        def __getattribute__(obj, name):
+            if name[0] != "_" and _ACTIVE:
+                mine = _ACTIVE[-1].get(id(obj))
+                if mine is not None and name in object.__getattribute__(obj, "__dict__"):
+                    mine.add(name)
+            return get(obj, name)
+
+        _TRACING[cls] = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__,
+                                                     "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return _TRACING[cls]
+
+
+class Reads:
+    """Within the block, which of its own attributes each module's code reads (by the module's
+    ``id``): every module's class is swapped for a subclass that notes each read of an attribute
+    in the instance's ``__dict__``, and swapped back on exit. A module whose class cannot be
+    swapped is not in ``read`` (every setting of it counts)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.modules = list({id(m): m for m in model.modules()}.values())
+        self.read: dict[int, set[str]] = {}
+        self._swapped: list[tuple[torch.nn.Module, type]] = []
+
+    def __enter__(self) -> Reads:
+        for module in self.modules:
+            cls = type(module)
+            try:
+                module.__class__ = _tracing(cls)
+            except TypeError:
+                continue
+            self.read[id(module)] = set()
+            self._swapped.append((module, cls))
+        _ACTIVE.append(self.read)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.remove(self.read)
+        for module, cls in self._swapped:
+            module.__class__ = cls
+
+
+def _settings(module: torch.nn.Module, read: set[str] | None = None) -> str:
     found = []
     for key, value in sorted(vars(module).items()):
-        if key.startswith("_") or key == "training":
+        if key.startswith("_") or key == "training" or (read is not None and key not in read):
             continue
         text = _plain(value)
         if text is not None:
@@ -72,10 +125,12 @@ def _settings(module: torch.nn.Module) -> str:
     return ", ".join(found)
 
 
-def identity(module: torch.nn.Module) -> str:
+def identity(module: torch.nn.Module, reads: Reads | None = None) -> str:
+    """The module's digest; with ``reads``, only the settings its recorded forward read count."""
     h = hashlib.sha256()
     for name, sub in module.named_modules():
-        h.update(f"{name}|{_class_digest(type(sub))}|{sub.training}|{_settings(sub)}\n".encode())
+        read = reads.read.get(id(sub)) if reads is not None else None
+        h.update(f"{name}|{_class_digest(type(sub))}|{sub.training}|{_settings(sub, read)}\n".encode())
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         h.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|{tensor.device.type}\n".encode())
     return h.hexdigest()[:20]

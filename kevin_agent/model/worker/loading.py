@@ -4,7 +4,7 @@ device, run it. Every failure becomes a ``ModelProblem`` naming the file's own l
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -29,8 +29,18 @@ class LoadedModel:
     """The imported model file."""
     model: torch.nn.Module
     inputs: list
+    """Positional arguments of the forward."""
     path: str
     device: str
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of the forward (``get_inputs()`` returned a dict: ``model(input_ids=...)``)."""
+
+    def call(self, model=None):
+        """One call of ``model`` (the model itself by default) on the inputs, as the person calls it."""
+        return (self.model if model is None else model)(*self.inputs, **self.kwargs)
+
+    def tensors(self) -> list:
+        return [*self.inputs, *self.kwargs.values()]
 
 
 def _fit_problem(exc: BaseException, path: str, device: str) -> ModelProblem:
@@ -58,10 +68,15 @@ def import_model_file(path: str):
     return _call(path, "cpu", "importing the model file", lambda: import_file(path, "kevin_model"))
 
 
-def _factory(module, name: str, path: str, device: str) -> list:
+def _factory(module, name: str, path: str, device: str, *, keywords: bool = False):
     values = _call(path, device, f"{name}()", getattr(module, name))
+    if keywords and isinstance(values, dict):
+        if not all(isinstance(k, str) for k in values):
+            raise ModelProblem("model", f"{name}() returned a dict whose keys are not all argument names")
+        return dict(values)
     if not isinstance(values, (list, tuple)):
-        raise ModelProblem("model", f"{name}() must return a list, got {type(values).__name__}")
+        what = "a list (the forward's arguments in order) or a dict (its keyword arguments)" if keywords else "a list"
+        raise ModelProblem("model", f"{name}() must return {what}, got {type(values).__name__}")
     return list(values)
 
 
@@ -78,16 +93,19 @@ def build_model(module, path: str, settings: EvalSettings) -> LoadedModel:
     if not isinstance(model, torch.nn.Module):
         raise ModelProblem("model", f"get_model() must return an nn.Module, got {type(model).__name__}")
     torch.manual_seed(settings.seed)
-    inputs = _factory(module, "get_inputs", path, device)
+    given = _factory(module, "get_inputs", path, device, keywords=True)
+    inputs, kwargs = ([], given) if isinstance(given, dict) else (given, {})
     model = _call(path, device, f"moving the model to {device}", lambda: model.to(device))
     inputs = _call(path, device, f"moving the inputs to {device}", lambda: to_device(inputs, device))
-    return LoadedModel(module=module, model=model, inputs=inputs, path=path, device=device)
+    kwargs = _call(path, device, f"moving the inputs to {device}",
+                   lambda: {k: to_device(v, device) for k, v in kwargs.items()})
+    return LoadedModel(module=module, model=model, inputs=inputs, path=path, device=device, kwargs=kwargs)
 
 
 def forward(loaded: LoadedModel):
     """One forward, without autograd."""
     with torch.no_grad():
-        return _call(loaded.path, loaded.device, "the model's forward", lambda: loaded.model(*loaded.inputs))
+        return _call(loaded.path, loaded.device, "the model's forward", loaded.call)
 
 
 def load(settings: EvalSettings, path: str) -> LoadedModel:

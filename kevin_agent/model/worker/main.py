@@ -8,6 +8,7 @@ compared).
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -19,7 +20,7 @@ from ..groups import in_model_order, same_computation
 from ..jobs import ModelJob, ModelReply
 from ..records import ModelProfile
 from . import capture, profiling, whole_model
-from .identity import identity
+from .identity import Reads, identity
 from .loading import (
     LoadedModel,
     ModelProblem,
@@ -33,7 +34,7 @@ from .source import ConstructorLog
 
 def _timed_forward_ms(loaded: LoadedModel, settings) -> float:
     timer = Timer(settings.device)
-    return timer.time(loaded.model, loaded.inputs, warmup=settings.warmup_runs, runs=settings.timed_runs).median_ms
+    return timer.time(loaded.call, [], warmup=settings.warmup_runs, runs=settings.timed_runs).median_ms
 
 
 def do_profile(job: ModelJob, parent: Parent) -> ModelReply:
@@ -50,7 +51,7 @@ def do_profile(job: ModelJob, parent: Parent) -> ModelReply:
     forward_ms = _timed_forward_ms(loaded, s)
     measured = Timer(s.device).bandwidth_bytes_per_ms() if s.bandwidth_gb_s is None else 0.0
     flops = profiling.module_flops(loaded)
-    dtype = flop_dtype(loaded.inputs, s.device)
+    dtype = flop_dtype(loaded.tensors(), s.device)
     rate = Timer(s.device).flop_rate_per_ms(FLOP_DTYPES[dtype]) if dtype and any(flops.values()) else None
     modules = [m.model_copy(update={"flops": flops.get(m.path, 0.0)}) for m in modules]
     profile = ModelProfile(
@@ -82,8 +83,9 @@ def do_extract(job: ModelJob, parent: Parent) -> ModelReply:
     alike = {path: [p for p, m in have.items() if p and type(m) is type(have[path])] or [path]
              for path in job.modules}
     parent.note("recording")
-    calls = capture.record_module(loaded, list(dict.fromkeys(p for paths in alike.values() for p in paths)))
-    key = {p: same_computation(identity(have[p]), calls[p].signatures) for paths in alike.values() for p in paths}
+    with Reads(loaded.model) as reads:
+        calls = capture.record_module(loaded, list(dict.fromkeys(p for paths in alike.values() for p in paths)))
+    key = {p: same_computation(identity(have[p], reads), calls[p].signatures) for paths in alike.values() for p in paths}
     tasks = []
     for path in job.modules:
         members = [p for p in alike[path] if p == path or (key[path] is not None and key[p] == key[path])]
@@ -106,9 +108,21 @@ def work(job: ModelJob, parent: Parent) -> ModelReply:
         reply = MODES[job.mode](job, parent)
     except ModelProblem as exc:
         return ModelReply(ok=False, error_kind=exc.kind, error=exc.message, hint=exc.hint, paths=exc.paths)
+    except Exception as exc:
+        # The person's code runs only inside ``loading``'s calls, which say what failed there as a
+        # ModelProblem: anything else raised here is kevin-opt's own machinery failing.
+        return ModelReply(ok=False, error_kind="internal", error=internal_error(job.mode, exc))
     if reply.profile is not None:
         reply.profile.wall_s = round(time.monotonic() - started, 3)
     return reply
+
+
+def internal_error(mode: str, exc: BaseException) -> str:
+    import traceback
+
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" (at {os.path.basename(where.filename)}:{where.lineno})" if where else ""
+    return f"kevin-opt's {mode} worker failed{at}: {type(exc).__name__}: {str(exc).strip()[:500]}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from ..records import ArgSpec, ModuleProfile, SignatureCount
 from .guard import bound_arguments, call_signature
-from .identity import identity
+from .identity import Reads, identity
 from .loading import LoadedModel, forward
 
 RANGE = "kevin::module::"
@@ -107,6 +107,8 @@ class Recorded:
 
     calls: Counter = field(default_factory=Counter)
     signatures: dict[int, dict[str, SignatureCount]] = field(default_factory=lambda: defaultdict(dict))
+    reads: Reads | None = None
+    """The settings each module's code read in that forward (the identities count those alone)."""
 
 
 def _storages(value) -> list[tuple[int, int]]:
@@ -155,8 +157,9 @@ def record_calls(loaded: LoadedModel) -> Recorded:
         signature.aliased = aliased if (i, key) not in ended else signature.aliased and aliased
         ended.add((i, key))
 
-    with Hooks(loaded.model, before, after):
+    with Hooks(loaded.model, before, after), Reads(loaded.model) as reads:
         forward(loaded)
+    recorded.reads = reads
     return recorded
 
 
@@ -305,5 +308,5 @@ def module_profiles(loaded: LoadedModel, recorded: Recorded, paths: list[str], s
             signatures=signatures, time_ms=time_ms(index),
             self_ms=s.per_forward_ms(s.self_us, forwards), children=sorted(paths[c] for c in s.children),
             share=0.0, amdahl=None, library=next(iter(kinds)) if len(kinds) == 1 and "mixed" not in s.kinds else "",
-            library_ms=s.per_forward_ms(s.library_us, forwards), identity=identity(modules[path]) if path else ""))
+            library_ms=s.per_forward_ms(s.library_us, forwards), identity=identity(modules[path], recorded.reads) if path else ""))
     return out

@@ -8,7 +8,12 @@ every module it goes into that the file did not install it at; the outputs are c
 written, with every kernel and, when there are several, with each alone and with all but each;
 then the model is timed with none, with all, and with all but each, call by call in rounds,
 interleaved and in a turning order, so that load on the machine and what one call leaves the next
-weigh on every variant alike.
+weigh on every variant alike. Where the job asks for it (``compiled``), the model under
+``torch.compile`` is timed in the same rounds, without the kernels and with them all, its outputs
+with them compared too; a model that does not compile says why and is timed in eager alone.
+
+Outputs cross from one worker to the other as their tensors and the paths of their leaves
+(``outputs``), never as the person's objects.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import statistics
 import torch
 
 from ...evaluate.rounds import ratios
-from ...evaluate.worker import Mismatch, Outcome, Timer, compare, describe, import_file
+from ...evaluate.worker import Mismatch, Outcome, Timer, describe, import_file
 from ..jobs import E2EKernelRun, E2ERun, ModelJob
+from . import outputs
 from .loading import LoadedModel, ModelProblem, forward, load
 
 Guards = list[list[tuple[torch.nn.Module, object]]]
@@ -83,13 +89,34 @@ def _set(guards: Guards, on: list[bool]) -> None:
             module.forward = guard if enabled else guard.original
 
 
-def _matches(loaded: LoadedModel, expected, s) -> tuple[bool, str, Outcome]:
+def _matches(loaded: LoadedModel, expected, s, model=None) -> tuple[bool, str, Outcome]:
     outcome = Outcome()
     try:
-        compare(forward(loaded), expected, s.atol, s.rtol, outcome, s.tolerance)
+        with torch.no_grad():
+            got = loaded.call(model) if model is not None else forward(loaded)
+        outputs.same_leaves(got, expected, s.atol, s.rtol, outcome, s.tolerance)
     except Mismatch as exc:
         return False, str(exc), outcome
     return True, "", outcome
+
+
+def _compiled(loaded: LoadedModel, guards: Guards, every: list[bool]) -> tuple[object, list, str]:
+    """The model under ``torch.compile``, called once without the kernels and once with them (each
+    compiles then), and the leaves of its outputs without them (what it gives with them is compared
+    with those: Inductor's own rounding is not the kernels'); or None and why it does not compile."""
+    try:
+        compiled = torch.compile(loaded.model)
+        with torch.no_grad():
+            _set(guards, [False] * len(every))
+            plain = outputs.flatten(loaded.call(compiled))
+            _set(guards, every)
+            loaded.call(compiled)
+    except Exception as exc:  # Inductor's own failures as much as the model's: said, not fatal
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        return None, [], f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+    finally:
+        _set(guards, every)
+    return compiled, [(p, v.clone() if isinstance(v, torch.Tensor) else v) for p, v in plain], ""
 
 
 def run(job: ModelJob, parent) -> E2ERun:
@@ -103,16 +130,15 @@ def run(job: ModelJob, parent) -> E2ERun:
                 module = _module(loaded, path)
                 if (guard := installed_guard(module)) is not None:
                     module.forward = guard.original
-        torch.save(forward(loaded), job.outputs_path)
+        outputs.save(forward(loaded), job.outputs_path)
         parent.note("timing")
-        return E2ERun(forward_ms=timer.time(loaded.model, loaded.inputs, warmup=s.warmup_runs,
-                                            runs=s.timed_runs).median_ms)
+        return E2ERun(forward_ms=timer.time(loaded.call, [], warmup=s.warmup_runs, runs=s.timed_runs).median_ms)
     parent.note("installing")
     guards = _install(loaded, job, modules)
     for mine in guards:
         for _, guard in mine:
             guard.kernel_calls = guard.fallback_calls = 0
-    expected = torch.load(job.outputs_path, weights_only=True)
+    expected = outputs.load(job.outputs_path)
     n = len(guards)
     every = [True] * n
     _set(guards, every)
@@ -133,19 +159,24 @@ def run(job: ModelJob, parent) -> E2ERun:
             _set(guards, [j != i for j in range(n)])
             effect.without_match = _matches(loaded, expected, s)[0]
         _set(guards, every)
+    compiled = None
+    if job.compiled:
+        parent.note("compiling")
+        compiled, plain, result.compile_error = _compiled(loaded, guards, every)
+        if compiled is not None:
+            result.compiled_match, result.compiled_mismatch, _ = _matches(loaded, plain, s, compiled)
     parent.note("timing")
     variants = [[False] * n, every] + ([[j != i for j in range(n)] for i in range(n)] if n > 1 else [])
-
-    def call(on: list[bool]):
-        def fn(*inputs):
-            _set(guards, on)
-            try:
-                return loaded.model(*inputs)
-            finally:
-                _set(guards, every)
-        return fn
-
-    runs = _rounds(timer, [call(on) for on in variants], loaded.inputs, warmup=s.warmup_runs, rounds=s.timed_runs)
+    fns = [_variant(loaded, guards, on, every) for on in variants]
+    if compiled is not None:
+        fns += [_variant(loaded, guards, [False] * n, every, compiled), _variant(loaded, guards, every, every, compiled)]
+    runs = _rounds(timer, fns, warmup=s.warmup_runs, rounds=s.timed_runs)
+    if compiled is not None:
+        *runs, compiled_plain, compiled_kernels = runs
+        result.compiled_ms, result.compiled_kernel_ms = statistics.median(compiled_plain), statistics.median(
+            compiled_kernels)
+        result.compiled_speedup = statistics.median(ratios(compiled_plain, compiled_kernels))
+        result.eager_over_compiled = statistics.median(ratios(compiled_plain, runs[1]))
     plain, installed = runs[0], runs[1]
     result.forward_ms, result.plain_ms = statistics.median(installed), statistics.median(plain)
     result.ratios = ratios(plain, installed)
@@ -156,7 +187,18 @@ def run(job: ModelJob, parent) -> E2ERun:
     return result
 
 
-def _rounds(timer: Timer, fns: list, inputs: list, *, warmup: int, rounds: int) -> list[list[float]]:
+def _variant(loaded: LoadedModel, guards: Guards, on: list[bool], every: list[bool], model=None):
+    """One forward with the kernels ``on`` (of ``model``: the compiled one, or the model itself)."""
+    def fn():
+        _set(guards, on)
+        try:
+            return loaded.call(model)
+        finally:
+            _set(guards, every)
+    return fn
+
+
+def _rounds(timer: Timer, fns: list, *, warmup: int, rounds: int) -> list[list[float]]:
     """Each callable's times (ms), round by round, each round calling every one once, the order
     turned by one each round: a call pays for what the one before it left (memory the allocator
     handed back to the system, a cache it filled), and turning the order spreads that over all."""
@@ -164,9 +206,9 @@ def _rounds(timer: Timer, fns: list, inputs: list, *, warmup: int, rounds: int) 
     with torch.no_grad():
         for fn in fns:
             for _ in range(warmup):
-                fn(*inputs)
+                fn()
         timer.sync()
         for r in range(rounds):
             for i in [*range(r % len(fns), len(fns)), *range(r % len(fns))]:
-                times[i].append(timer.one(fns[i], inputs).stream_ms)
+                times[i].append(timer.one(fns[i], []).stream_ms)
     return times
