@@ -131,7 +131,7 @@ def cmd_check(args, registry: Registry) -> int:
     task = load_task(args.reference, config.class_name)
     source = read_candidate(args.candidate)
     device = resolve_device(config)
-    check = registry.check(source, device)
+    check = registry.check(source, device, language=config.language)
     result, facts = None, None
     if check.passed:
         evaluator = registry.make_evaluator(task, config.eval_settings(device))
