@@ -2,8 +2,8 @@
 # device: cpu
 # language: triton
 # eval: incorrect
-# Runs its kernel on the first call only and hands back that output ever after: the hidden-input
-# trials see the answer not change when the inputs do.
+# Runs its kernel on the first call only and hands back that output ever after: the trials' fresh
+# inputs get the first call's answer.
 import torch
 import torch.nn as nn
 import triton
