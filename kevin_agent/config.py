@@ -68,6 +68,9 @@ class EvalOptions(BaseModel):
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
+    language: Literal["cuda", "triton"] = "cuda"
+    """Kernel language the model writes: cuda (C++/CUDA through load_inline) or triton (@triton.jit kernels
+    launched from ModelNew.forward; on the cpu device they run in Triton's interpreter)."""
     correctness_trials: int = Field(5, ge=1)
     """Correctness trials, each with a fresh seed; input distributions alternate."""
     tolerance: Literal["strict", "kernelbench"] = "strict"

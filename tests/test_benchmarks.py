@@ -182,3 +182,20 @@ def test_bench_benchmark_runs_on_the_cpu(tmp_path):
     (row,) = json.loads((out / "bench.json").read_text())["rows"]
     assert row["task"] == "rmsnorm" and row["correct"] and row["bench_device_s"] > 0 and row["single_device_s"] > 0
     assert "kevin-opt: [1/1] tasks/rmsnorm: correct" in (out / "progress.log").read_text()
+
+
+@pytest.mark.slow
+def test_triton_examples_benchmark_runs_on_the_cpu_in_the_interpreter(tmp_path):
+    pytest.importorskip("triton")
+    out = tmp_path / "triton"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "triton_examples.py"), "--device", "cpu",
+                           "--tasks", "softmax", "--rounds", "5", "--workers", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| task | Triton ms | C++ ms | torch.compile ms |" in proc.stdout
+    softmax, relu = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert softmax["task"] == "softmax" and softmax["triton"]["verified"] and softmax["cuda"]["verified"]
+    assert softmax["triton"]["ms"] > 0 and softmax["cuda"]["ms"] > 0 and softmax["vs_cuda"] > 0
+    assert any("Triton's interpreter" in f for f in softmax["triton"]["flags"])
+    assert relu["task"] == "relu_6gb" and relu["triton"]["verified"] and relu["triton"]["roofline_fraction"] > 0
+    assert "KernelBench 19_ReLU (small), Triton:" in (out / "triton_examples.md").read_text()

@@ -11,6 +11,7 @@ import ast
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,6 +103,7 @@ def test_readme_documents_every_example():
     readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
     for name in NAMES:
         assert f"{name}.py" in readme and f"{name}.cpu.jsonl" in readme and f"{name}.cuda.jsonl" in readme
+        assert f"{name}.triton.jsonl" in readme
     assert "hand-written" in readme.lower()
 
 
@@ -303,3 +305,54 @@ def test_model_example_and_its_responses():
     assert "std::tanh" in parse_response(texts[0]).code and "omp simd" in parse_response(texts[1]).code
     readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
     assert "mlp_block.py" in readme and "mlp_block_act.cpu.jsonl" in readme
+
+
+# --- the Triton answers -------------------------------------------------------------------
+
+#: What each scripted Triton response is written to produce.
+EXPECTED_TRITON = {"rmsnorm": ["compile_error", "correct", "correct"], "bias_gelu": ["correct", "correct"],
+                   "softmax": ["correct", "correct"]}
+TRITON_CHECK = """
+import importlib.util, json, sys, torch
+from kevin_agent.evaluate.worker.first_call import interpreter_autotune
+interpreter_autotune()  # as the workers do: @triton.autotune has no GPU to time its configs on
+task_path, code_path = sys.argv[1:3]
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+task, cand = load(task_path, "task"), load(code_path, "cand")
+torch.manual_seed(0)
+ref = task.Model(*task.get_init_inputs())
+new = cand.ModelNew(*task.get_init_inputs())
+new.load_state_dict(ref.state_dict())
+x = [v[:4] for v in task.get_inputs()]  # four rows: the interpreter runs each program in Python
+try:
+    out = new(*x)
+except Exception as exc:
+    print(json.dumps({"status": "compile_error", "triton": type(exc).__module__.startswith("triton")}))
+    raise SystemExit(0)
+torch.testing.assert_close(out, ref(*x), atol=1e-4, rtol=1e-4)
+print(json.dumps({"status": "correct"}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "turn"), [(n, t) for n, s in EXPECTED_TRITON.items() for t in range(1, len(s) + 1)])
+def test_triton_responses_run_in_the_interpreter_as_scripted(name, turn, tmp_path):
+    pytest.importorskip("triton")
+    texts = responses(name, "triton")
+    assert len(texts) == len(EXPECTED_TRITON[name])
+    parsed = parse_response(texts[turn - 1], language="triton")
+    assert LABEL in parsed.reasoning and parsed.error is None and parsed.summary
+    assert "@triton.jit" in parsed.code and "load_inline" not in parsed.code
+    path = tmp_path / f"{name}_triton_{turn}.py"
+    path.write_text(parsed.code, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", TRITON_CHECK, str(EXAMPLES / f"{name}.py"), str(path)], env={"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict["status"] == EXPECTED_TRITON[name][turn - 1]
+    if verdict["status"] == "compile_error":
+        assert verdict["triton"]  # Triton's own error, not the answer's Python

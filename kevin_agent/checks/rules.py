@@ -18,6 +18,7 @@ import ast
 from .kinds import LOAD_INLINE, Kinds
 from .scopes import Scopes
 from .sources import KernelSources
+from .triton_rules import TritonRules
 from ..results import CheckResult, Violation
 
 RULES: dict[str, str] = {
@@ -38,6 +39,10 @@ RULES: dict[str, str] = {
     "no-harness": "no reaching into the harness or the interpreter: kevin_agent, inspect, gc, ctypes, "
     "importlib, sys._getframe, sys.modules, __builtins__, eval/exec, open",
     "no-tensor-subclass": "no torch.Tensor subclasses, __torch_function__ or __torch_dispatch__",
+    "uses-triton": "triton: the kernels are @triton.jit functions that ModelNew launches (kernel[grid](...)); "
+    "no load_inline",
+    "no-autotune-hooks": "triton: no @triton.autotune or triton.Config hooks (pre_hook, post_hook, "
+    "prune_configs_by, do_bench): they run Python on the kernel's arguments, outputs included",
 }
 
 _INSTEAD = "compute the result in your own kernel"
@@ -114,9 +119,11 @@ def _under(name: str, prefixes) -> bool:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, device: str, scopes: Scopes) -> None:
+    def __init__(self, device: str, scopes: Scopes, language: str = "cuda") -> None:
         self.device = device
         self.scopes = scopes
+        # Triton answers: which functions are kernels, their launches, autotune's hooks (``triton_rules``).
+        self.triton = TritonRules(self) if language == "triton" else None
         self.kinds = Kinds(scopes)
         self.aliases: dict[str, str] = {}  # local name -> full dotted path of an imported thing
         self.found: list[Violation] = []
@@ -183,7 +190,9 @@ class _Checker(ast.NodeVisitor):
             self.add("no-harness", "`__builtins__` reaches into the interpreter; remove it", node)
 
     def check_reference(self, full: str, node: ast.AST) -> None:
-        if full.startswith("torch"):
+        if self.triton is not None and full.startswith("triton"):
+            self.triton.check_reference(full, node)
+        elif full.startswith("torch"):
             self.check_torch(full, node)
         elif full.startswith("sys.") and full.split(".")[1] in _HARNESS_SYS:
             self.add("no-harness", f"`{full}` reaches into the interpreter; remove it", node)
@@ -250,12 +259,20 @@ class _Checker(ast.NodeVisitor):
         if node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add("no-tensor-subclass", f"`{node.name}` overrides tensor dispatch; return plain "
                      "tensors computed by your kernel", node)
+        if self.triton is not None and self.triton.is_kernel(node):
+            with self.triton.inside_kernel():
+                self.generic_visit(node)
+            return
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
+    def in_kernel(self) -> bool:
+        """Inside a @triton.jit function: its values are Triton's blocks, not PyTorch tensors."""
+        return self.triton is not None and self.triton.depth > 0
+
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if isinstance(node.op, ast.MatMult):
+        if isinstance(node.op, ast.MatMult) and not self.in_kernel():
             self.add("no-torch-compute", f"the `@` operator is a PyTorch matmul; {_INSTEAD}", node)
         self.generic_visit(node)
 
@@ -293,6 +310,8 @@ class _Checker(ast.NodeVisitor):
         name = _dotted(func) or ""
         if name.endswith("load_inline") or self.scopes.import_path(func) == LOAD_INLINE:
             self.load_inline_calls.append(node)
+        if self.triton is not None:
+            self.triton.visit_call(node)
         if isinstance(func, ast.Name) and func.id not in self.aliases:
             if func.id in _HARNESS_BUILTINS:
                 self.add("no-harness", f"`{func.id}()` is not allowed in a candidate; write plain code",
@@ -313,7 +332,7 @@ class _Checker(ast.NodeVisitor):
     def check_method(self, method: str, receiver: ast.expr, node: ast.AST) -> None:
         """A tensor compute method, unless the receiver surely is not a tensor (a Python
         container, a string, the extension module)."""
-        if method in _COMPUTE_METHODS and not self.kinds.not_a_tensor(receiver):
+        if method in _COMPUTE_METHODS and not self.in_kernel() and not self.kinds.not_a_tensor(receiver):
             self.add("no-torch-compute", f"`.{method}()` is a PyTorch compute method; {_INSTEAD}", node)
 
 
@@ -339,13 +358,14 @@ def syntax_violation(exc: SyntaxError) -> Violation:
                      "valid Python", line=exc.lineno)
 
 
-def run_checks(source: str, device: str) -> CheckResult:
-    """Check a candidate source for ``device`` ("cpu" or "cuda"); every broken rule is listed."""
+def run_checks(source: str, device: str, language: str = "cuda") -> CheckResult:
+    """Check a candidate source for ``device`` ("cpu" or "cuda") written in ``language`` ("cuda": kernels
+    built with load_inline, "triton": @triton.jit kernels); every broken rule is listed."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return CheckResult(passed=False, violations=[syntax_violation(exc)])
-    checker = _Checker(device, Scopes(tree))
+    checker = _Checker(device, Scopes(tree), language)
     # Names are resolved wherever they are imported: code above an import can still use it at run time.
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -364,6 +384,9 @@ def run_checks(source: str, device: str) -> CheckResult:
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
         checker.add("defines-modelnew", "no top-level `class ModelNew(nn.Module)`: name the optimized "
                     "class ModelNew", None)
-    _check_load_inline(checker, sources, device)
+    if checker.triton is not None:
+        checker.triton.finish()
+    else:
+        _check_load_inline(checker, sources, device)
     found = sorted(checker.found, key=lambda v: (v.line or 0, v.rule))
     return CheckResult(passed=not found, violations=found)

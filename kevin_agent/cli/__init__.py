@@ -133,6 +133,7 @@ def _add_run_flags(p: argparse.ArgumentParser, registry, *, resume: bool = False
 
 
 def _add_eval_flags(group) -> None:
+    _flag(group, "language", choices=["cuda", "triton"])
     _flag(group, "tolerance", choices=["strict", "kernelbench"])
     _flag(group, "atol", type=_nonneg_float, metavar="X")
     _flag(group, "rtol", type=_nonneg_float, metavar="X")

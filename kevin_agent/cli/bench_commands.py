@@ -15,7 +15,7 @@ BENCH_DIR_HELP = ("where benches are stored (default: .kevin/benches at the top 
 LOOP = ("turns", "trajectories", "search", "beam_width", "target_speedup", "stop_at_roofline")
 MODEL = ("backend", "model", "base_url", "responses", "temperature", "max_tokens", "context_tokens", "quantization",
          "kv_cache_dtype")
-EVALUATION = ("device", "class_name", "tolerance", "atol", "rtol", "correctness_trials", "timed_runs",
+EVALUATION = ("device", "language", "class_name", "tolerance", "atol", "rtol", "correctness_trials", "timed_runs",
               "compare_compile", "confirm_top", "confirm_rounds", "confirm_workers", "seed")
 
 
@@ -34,7 +34,7 @@ def add_parser(sub, flag, positive_int, nonneg_float, choices_help) -> None:
              "max_tokens": positive_int, "context_tokens": positive_int, "atol": nonneg_float, "rtol": nonneg_float,
              "correctness_trials": positive_int, "timed_runs": positive_int, "confirm_top": positive_int,
              "confirm_rounds": positive_int, "confirm_workers": positive_int, "seed": int}
-    choices = {"tolerance": ["strict", "kernelbench"], "quantization": ["none", "fp8"], "kv_cache_dtype": ["auto", "fp8"]}
+    choices = {"language": ["cuda", "triton"], "tolerance": ["strict", "kernelbench"], "quantization": ["none", "fp8"], "kv_cache_dtype": ["auto", "fp8"]}
     for title, settings in (("loop", LOOP), ("model", MODEL), ("evaluation", EVALUATION)):
         group = p.add_argument_group(title)
         for setting in settings:

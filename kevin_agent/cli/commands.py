@@ -130,7 +130,7 @@ def cmd_check(args, registry: Registry) -> int:
     task = load_task(args.reference, config.class_name)
     source = read_candidate(args.candidate)
     device = resolve_device(config)
-    check = registry.check(source, device)
+    check = registry.check(source, device, language=config.language)
     result, facts = None, None
     if check.passed:
         evaluator = registry.make_evaluator(task, config.eval_settings(device))
@@ -207,7 +207,8 @@ def cmd_show(args) -> int:
     info, records = store.info, store.records()
     if args.turn is None:
         print(f"run {info.run_id}  {effective_status(info, store.dir)}")
-        print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})")
+        print(f"task {info.task.path} ({info.task.class_name}) on {info.device} ({info.device_name})"
+              + (", Triton kernels" if info.language == "triton" else ""))
         if info.device_facts is not None and (peaks := info.device_facts.peaks_words()):
             print(f"device in theory: {peaks} ({info.device_facts.source})")
         search = info.config.get("search", "independent")

@@ -35,6 +35,7 @@ from ..model.marks import extracted_from
 from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..results.versioned import Versioned, schema_field
 from ..task import Task
+from .triton_module import triton_lines
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
 CLAIM_SCHEMA = 1
@@ -245,6 +246,8 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
     """
     code = _winner(best).record.code
     lines = header_lines(task, best, info, stem=stem)
+    if info.language == "triton":  # the writer per language: Triton's build note
+        lines = triton_lines(lines, info)
     footer = ""
     body = code if code.endswith("\n") else code + "\n"
     if (meta := extracted_from(task.source)) is not None:

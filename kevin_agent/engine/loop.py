@@ -361,14 +361,14 @@ class Engine:
         return render_prompt(
             self.task, device=self.store.info.device, device_name=self.store.info.device_name,
             attempts=attempts, budget_tokens=self.config.context_tokens - self.config.max_tokens,
-            count_tokens=self.backend.count_tokens,
+            count_tokens=self.backend.count_tokens, language=self.config.language,
         )
 
     def _draft(self, slot: Slot, turn: int, prompt: RenderedPrompt, gen: Generation, gen_s: float,
                started: str) -> Draft:
         draft = Draft(slot=slot, turn=turn, prompt=prompt.text, dropped=prompt.dropped, gen=gen, gen_s=gen_s,
                        started=started)
-        parsed = parse_response(gen.text, gen.reasoning)
+        parsed = parse_response(gen.text, gen.reasoning, self.config.language)
         draft.reasoning, draft.summary, draft.code = parsed.reasoning, parsed.summary, parsed.code or ""
         if gen.cancelled:
             draft.fail(Status.CANCELLED, "the generation was cancelled; it is not shown to the model and "
@@ -376,7 +376,7 @@ class Engine:
         elif parsed.error:
             draft.fail(Status.PARSE_ERROR, parsed.error)
         else:
-            draft.check = self.check(draft.code, self.store.info.device)
+            draft.check = self.check(draft.code, self.store.info.device, language=self.config.language)
             if not draft.check.passed:
                 draft.fail(Status.CHECK_FAILED, draft.check.summary())
         if draft.code:

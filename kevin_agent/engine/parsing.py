@@ -28,6 +28,18 @@ FORMAT_HINT = (
     "block that defines class ModelNew and builds its kernels with load_inline, then "
     "summarize your changes in a few sentences after the block."
 )
+TRITON_FORMAT_HINT = (
+    "After your reasoning, answer with the complete new architecture in one ```python code "
+    "block that defines @triton.jit kernels and class ModelNew whose forward launches them, then "
+    "summarize your changes in a few sentences after the block."
+)
+#: Where the kernels live, per language: said when the block is not valid Python.
+_KERNELS_WHERE = {"cuda": "with the kernel source in a string",
+                  "triton": "with the kernels as @triton.jit functions"}
+
+
+def format_hint(language: str = "cuda") -> str:
+    return TRITON_FORMAT_HINT if language == "triton" else FORMAT_HINT
 
 
 class ParsedResponse(BaseModel):
@@ -88,8 +100,10 @@ def _blocks(answer: str) -> list[_Block]:
         pos = close.end()
 
 
-def parse_response(text: str, reasoning: str = "") -> ParsedResponse:
-    """Find the reasoning, the last Python block that defines ``ModelNew``, and the summary."""
+def parse_response(text: str, reasoning: str = "", language: str = "cuda") -> ParsedResponse:
+    """Find the reasoning, the last Python block that defines ``ModelNew``, and the summary.
+    ``language`` (cuda or triton) only shapes what an error tells the model to do."""
+    hint = format_hint(language)
     thought, answer, truncated = _split_reasoning(text, reasoning)
     if truncated:
         return ParsedResponse(
@@ -97,7 +111,7 @@ def parse_response(text: str, reasoning: str = "") -> ParsedResponse:
             code=None,
             summary="",
             error="the response ran out of tokens while reasoning: it ended inside <think> "
-            "with no answer after it. Reason more briefly and leave room for the code. " + FORMAT_HINT,
+            "with no answer after it. Reason more briefly and leave room for the code. " + hint,
         )
 
     python_blocks = [b for b in _blocks(answer) if b.lang in PYTHON_LANGS]
@@ -106,7 +120,7 @@ def parse_response(text: str, reasoning: str = "") -> ParsedResponse:
             reasoning=thought,
             code=None,
             summary="",
-            error="no ```python code block was found in the answer. " + FORMAT_HINT,
+            error="no ```python code block was found in the answer. " + hint,
         )
 
     with_model = [b for b in python_blocks if _MODEL_NEW.search(b.body)]
@@ -130,6 +144,6 @@ def parse_response(text: str, reasoning: str = "") -> ParsedResponse:
         except SyntaxError as exc:
             error = (
                 f"the code block is not valid Python (line {exc.lineno}: {exc.msg}); "
-                "put only Python in the ```python block, with the kernel source in a string."
+                f"put only Python in the ```python block, {_KERNELS_WHERE.get(language, _KERNELS_WHERE['cuda'])}."
             )
     return ParsedResponse(reasoning=thought, code=code, summary=summary, error=error)

@@ -26,8 +26,9 @@ from ..task import Task
 MAX_ERROR_LINES = 40
 MAX_ERROR_CHARS = 4000
 
-#: The few-shot example per device (files in ``prompts/examples``, compiled by the tests).
-EXAMPLE_FILES = {"cuda": "cuda_add.py", "cpu": "cpu_add.py"}
+#: The few-shot example per device, and Triton's for every device (files in ``prompts/examples``,
+#: compiled or run by the tests).
+EXAMPLE_FILES = {"cuda": "cuda_add.py", "cpu": "cpu_add.py", "triton": "triton_add.py"}
 
 
 class Attempt(BaseModel):
@@ -80,9 +81,10 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def example_source(device: str) -> str:
-    """The few-shot example for ``device``, as shipped in ``prompts/examples``."""
-    name = EXAMPLE_FILES.get(device)
+def example_source(device: str, language: str = "cuda") -> str:
+    """The few-shot example for ``device`` (Triton's one for every device), as shipped in
+    ``prompts/examples``."""
+    name = EXAMPLE_FILES.get("triton" if language == "triton" else device)
     if name is None:
         raise ConfigError(
             f"no prompt example for device {device!r}",
@@ -129,14 +131,16 @@ def feedback_sentence(
     return text.strip()
 
 
-def _render(task: Task, device: str, device_name: str, attempts: list[Attempt], first: bool) -> str:
+def _render(task: Task, device: str, device_name: str, attempts: list[Attempt], first: bool,
+            language: str = "cuda") -> str:
     try:
         template = _environment().get_template("prompt.j2")
         return template.render(
             architecture=task.model_source.strip(),
             device=device,
+            language=language,
             device_name=device_name,
-            example=example_source(device).strip() if first else None,
+            example=example_source(device, language).strip() if first else None,
             # Trailing blank lines would end up inside the code fence.
             attempts=[{**a.model_dump(), "code": a.code.rstrip()} for a in attempts],
         )
@@ -155,15 +159,17 @@ def render_prompt(
     attempts: list[Attempt],
     budget_tokens: int,
     count_tokens: Callable[[str], int],
+    language: str = "cuda",
 ) -> RenderedPrompt:
     """The prompt for the next turn, dropping the earliest attempts until it fits.
 
     ``budget_tokens`` is the context length minus the tokens kept for the response.
-    With no attempts this is the first-turn prompt, which carries the example.
+    With no attempts this is the first-turn prompt, which carries the example. ``language`` picks the
+    instruction and the example: cuda's per device, or Triton's.
     """
     first = not attempts
     for dropped in range(len(attempts) + 1):
-        text = _render(task, device, device_name, attempts[dropped:], first)
+        text = _render(task, device, device_name, attempts[dropped:], first, language)
         tokens = count_tokens(text)
         if tokens <= budget_tokens:
             return RenderedPrompt(text=text, dropped=dropped, tokens=tokens)

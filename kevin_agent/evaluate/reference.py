@@ -192,6 +192,9 @@ def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -
     if phase == "load":
         seconds = min(settings.load_timeout_s, cap)
         return Limit(seconds, f"load_timeout_s = {seconds:g} s")
+    if phase == "compile":  # a Triton candidate's first call, which compiles and tunes its kernels
+        seconds = min(settings.compile_timeout_s, cap)
+        return Limit(seconds, f"compile_timeout_s = {seconds:g} s, at most run_timeout_s")
     calls = {"correctness": 2 * settings.correctness_trials + 1,
              "timing": 2 * (settings.warmup_runs + settings.timed_runs) + 4}.get(phase)
     if calls is None or ref is None:

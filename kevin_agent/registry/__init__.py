@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import os
 import pkgutil
 import traceback
@@ -42,7 +43,8 @@ class BackendFactory(Protocol):
 DeviceFactory = Callable[[Task, EvalSettings], Evaluator]
 SearchFactory = Callable[[RunConfig], Search]
 CheckFn = Callable[[ast.Module, str, str], list[Violation]]
-"""``check(tree, source, device)``: the rules a candidate's source breaks."""
+"""``check(tree, source, device)``: the rules a candidate's source breaks. A check that also takes
+``language`` (cuda or triton) gets it; one that does not sees only CUDA answers' sources."""
 
 
 @dataclass
@@ -87,9 +89,10 @@ class Registry:
     def make_evaluator(self, task: Task, settings: EvalSettings) -> Evaluator:
         return self.device_factory(settings.device)(task, settings)
 
-    def check(self, source: str, device: str) -> CheckResult:
+    def check(self, source: str, device: str, language: str = "cuda") -> CheckResult:
         """Every registered rule on one candidate source; a syntax error stops at the first rule
-        that reports it, since the others read the syntax tree."""
+        that reports it, since the others read the syntax tree. A rule that takes no ``language``
+        is a CUDA rule: a Triton answer is checked by the rules that take it."""
         try:
             tree = ast.parse(source)
         except SyntaxError as exc:
@@ -98,8 +101,18 @@ class Registry:
             return CheckResult(passed=False, violations=[syntax_violation(exc)])
         violations: list[Violation] = []
         for rule in self.checks.values():
-            violations.extend(rule.check(tree, source, device))
+            if _takes_language(rule.check):
+                violations.extend(rule.check(tree, source, device, language=language))
+            elif language == "cuda":
+                violations.extend(rule.check(tree, source, device))
         return CheckResult(passed=not violations, violations=violations)
+
+
+def _takes_language(check: CheckFn) -> bool:
+    try:
+        return "language" in inspect.signature(check).parameters
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return False
 
 
 def _folder_modules(folder: Path) -> list[tuple[str, Path]]:

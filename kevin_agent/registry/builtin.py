@@ -73,4 +73,4 @@ def register_checks(register):
     from ..checks import RULES, run_checks
 
     register("kevin-opt", "the built-in rules: " + ", ".join(RULES),
-             lambda tree, source, device: run_checks(source, device).violations)
+             lambda tree, source, device, language="cuda": run_checks(source, device, language).violations)

@@ -172,6 +172,7 @@ class RunSummary(Record):
     task: str
     device: str
     device_name: str = ""
+    language: str = "cuda"
     backend: str
     model: str
     run_dir: str

@@ -45,3 +45,8 @@ class RunInfo(Versioned):
     delivery: str | None = None
     """What delivering the best kernel did, in words ("committed 3d405aa17a on main",
     "written, not committed (--no-commit)", "not written (declined)", ...)."""
+
+    @property
+    def language(self) -> str:
+        """The kernels' language, cuda or triton: a run recorded before there was a choice wrote CUDA."""
+        return self.config.get("language") or "cuda"

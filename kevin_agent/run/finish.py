@@ -159,7 +159,7 @@ def summary(ending: Ending, records: list[TurnRecord]) -> RunSummary:
     delivery = ending.delivery
     return RunSummary(
         run_id=info.run_id, task=info.task.path, device=info.device, device_name=info.device_name,
-        backend=info.backend, model=info.model, run_dir=str(engine.store.dir),
+        language=info.language, backend=info.backend, model=info.model, run_dir=str(engine.store.dir),
         reason=ending.outcome.reason if ending.outcome is not None else "interrupted" if ending.interrupted else "failed",
         exit_code=ending.exit_code, error=ending.error.message if ending.error is not None else None,
         signal=signal_name(ending.signum) if ending.signum is not None else None,

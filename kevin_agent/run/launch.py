@@ -248,7 +248,7 @@ def _resume(store: RunStore, sink: EventSink, overrides: dict | None, registry: 
     info = store.info
     saved = {k: v for k, v in info.config.items() if k in RunConfig.model_fields and k != "api_key"}
     config = load_config({**saved, **{k: v for k, v in (overrides or {}).items() if v is not None}})
-    config = config.model_copy(update={"device": info.device})
+    config = config.model_copy(update={"device": info.device, "language": info.language})
     task_path = Path(info.task.path)
     try:
         task = load_task(task_path, info.task.class_name)

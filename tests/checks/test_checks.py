@@ -19,13 +19,23 @@ CHEATS = Path(__file__).parents[1] / "cheats"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _header(path: Path) -> tuple[str, str]:
+def _meta(path: Path) -> dict[str, str]:
     lines = path.read_text(encoding="utf-8").splitlines()
-    meta = dict(line[2:].split(":", 1) for line in lines[:2] if line.startswith("# ") and ":" in line)
-    return meta.get("expect", "").strip(), meta.get("device", "cpu").strip()
+    return {k.strip(): v.strip() for k, v in (line[2:].split(":", 1) for line in lines[:4]
+                                              if line.startswith("# ") and ":" in line)}
 
 
-CASES = sorted(CHEATS.glob("*.py"))
+def _header(path: Path) -> tuple[str, str]:
+    meta = _meta(path)
+    return meta.get("expect", ""), meta.get("device", "cpu")
+
+
+def _language(path: Path) -> str:
+    return _meta(path).get("language", "cuda")
+
+
+# tests/cheats/triton: Triton answers, checked as --language triton checks them.
+CASES = sorted(CHEATS.glob("*.py")) + sorted((CHEATS / "triton").glob("*.py"))
 CHEATING = [p for p in CASES if _header(p)[0] != "none"]
 HONEST = [p for p in CASES if _header(p)[0] == "none"]
 
@@ -33,7 +43,7 @@ HONEST = [p for p in CASES if _header(p)[0] == "none"]
 @pytest.mark.parametrize("path", CHEATING, ids=lambda p: p.stem)
 def test_cheat_is_rejected_by_its_rule(path):
     rule, device = _header(path)
-    result = run_checks(path.read_text(encoding="utf-8"), device)
+    result = run_checks(path.read_text(encoding="utf-8"), device, _language(path))
     assert not result.passed
     rules = {v.rule for v in result.violations}
     assert rule in rules, result.summary()
@@ -45,7 +55,7 @@ def test_cheat_is_rejected_by_its_rule(path):
 @pytest.mark.parametrize("path", HONEST, ids=lambda p: p.stem)
 def test_honest_candidate_passes(path):
     _, device = _header(path)
-    result = run_checks(path.read_text(encoding="utf-8"), device)
+    result = run_checks(path.read_text(encoding="utf-8"), device, _language(path))
     assert result.passed, result.summary()
     assert result.violations == []
 
@@ -148,19 +158,22 @@ BREAKS_A_RULE = {("rmsnorm.cpu", 6): "no-torch-compute", ("softmax.cpu", 7): "no
 def _example_kernels():
     for path in sorted((ROOT / "examples").glob("*.jsonl")):
         device = path.stem.split(".")[-1]
+        # <task>.triton.jsonl: Triton answers, checked for the cuda device as --language triton does.
+        device, language = ("cuda", "triton") if device == "triton" else (device, "cuda")
         for turn, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             code = parse_response(json.loads(line)["text"]).code
             if code is not None:  # the turns cut off while reasoning, or with no code block, have none
-                yield pytest.param(code, device, BREAKS_A_RULE.get((path.stem, turn)), id=f"{path.stem}-{turn}")
+                yield pytest.param(code, device, BREAKS_A_RULE.get((path.stem, turn)), language,
+                                   id=f"{path.stem}-{turn}")
 
 
 EXAMPLE_KERNELS = list(_example_kernels())
 FEW_SHOT = sorted((ROOT / "prompts" / "examples").glob("*_add.py"))
 
 
-@pytest.mark.parametrize(("code", "device", "rule"), EXAMPLE_KERNELS)
-def test_example_kernels_pass_unless_written_to_break_a_rule(code, device, rule):
-    result = run_checks(code, device)
+@pytest.mark.parametrize(("code", "device", "rule", "language"), EXAMPLE_KERNELS)
+def test_example_kernels_pass_unless_written_to_break_a_rule(code, device, rule, language):
+    result = run_checks(code, device, language)
     if rule is None:
         assert result.passed, result.summary()
     else:
@@ -171,12 +184,15 @@ def test_example_corpus_covers_both_devices_and_every_rule_breaker():
     ids = {p.id for p in EXAMPLE_KERNELS}
     assert {f"{stem}-{turn}" for stem, turn in BREAKS_A_RULE} <= ids
     assert {p.values[1] for p in EXAMPLE_KERNELS if p.values[2] is None} == {"cpu", "cuda"}
-    assert [p.name for p in FEW_SHOT] == ["cpu_add.py", "cuda_add.py"]
+    assert [p.name for p in FEW_SHOT] == ["cpu_add.py", "cuda_add.py", "triton_add.py"]
+    assert {p.values[3] for p in EXAMPLE_KERNELS} == {"cuda", "triton"}
 
 
 @pytest.mark.parametrize("path", FEW_SHOT, ids=lambda p: p.stem)
 def test_few_shot_examples_pass(path):
-    result = run_checks(path.read_text(encoding="utf-8"), path.stem.split("_")[0])
+    kind = path.stem.split("_")[0]
+    device, language = ("cuda", "triton") if kind == "triton" else (kind, "cuda")
+    result = run_checks(path.read_text(encoding="utf-8"), device, language)
     assert result.passed, result.summary()
 
 

@@ -253,6 +253,8 @@ def render_markdown(info: RunInfo, records: Sequence[TurnRecord], chart_name: st
         f"| device | {info.device}" + (f" ({info.device_name})" if info.device_name else "")
         + (f"; in theory {peaks} ({info.device_facts.source})"
            if info.device_facts is not None and (peaks := info.device_facts.peaks_words()) else "") + " |",
+        *([f"| kernel language | Triton (`@triton.jit` kernels{', run in its interpreter' if info.device == 'cpu' else ''}) |"]
+          if info.language == "triton" else []),
         f"| backend / model | {info.backend} / `{info.model}` |",
         f"| run | `{info.run_id}` ({info.status}, {counted(len(records), 'turn')} evaluated, "
         f"{counted(info.trajectories, 'trajectory', 'trajectories')} x {counted(info.turns, 'turn')}) |",

@@ -26,7 +26,7 @@ from pathlib import Path
 from ...config import EvalSettings
 from ...protocols import OutputCallback
 from ...results import Status
-from ..toolchain import cache
+from ..toolchain import cache, triton_build
 from ...workers import Limit, StageClock, WorkerProcess, WorkerRun, WorkerSet, scrubbed_env
 from ..jobs import Assignment, EvalWorker
 from .gate import DeviceGate, GaveUp
@@ -192,11 +192,17 @@ class Builds:
                           root=self._scratch)
 
     def folder(self, source: str) -> Path:
+        if self.settings.language == "triton":
+            return self.settings.cache_dir / triton_build.build_key(source, self.settings.device)
         return self.settings.cache_dir / cache.build_key(source, self.settings.device, self.settings.fast_build)
 
     def build(self, source: str, on_output: OutputCallback | None = None) -> Build:
-        """Build ``source`` now (no slot, no sharing: the caller holds them)."""
+        """Build ``source`` now (no slot, no sharing: the caller holds them). A Triton source is only
+        written: it compiles at its first call, in the run worker (``toolchain.triton_build``)."""
         folder = self.folder(source)
+        if self.settings.language == "triton":
+            cached = triton_build.write_module(folder, source)
+            return Build(ok=True, folder=folder, cached=cached, log=triton_build.BUILD_NOTE)
 
         def ready() -> WorkerProcess:
             # Opened at the first build the cache cannot answer: none waits in an evaluator that

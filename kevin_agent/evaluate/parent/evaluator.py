@@ -36,7 +36,7 @@ from ...errors import EvaluationOutOfMemory, KevinError, TaskError
 from ...protocols import CandidateStageCallback, OutputCallback, StageCallback
 from ...results import Confirmation, EvalResult, Stage, Status
 from ...task import Task, TaskProbe
-from ..toolchain import cache
+from ..toolchain import cache, triton_build
 from .. import memory
 from .. import reference
 from .builds import Build, Builds, ToolchainWarmer, acquire
@@ -91,7 +91,7 @@ class LocalEvaluator:
         self._room_checked = (0.0, True)
         self.confirmations = Confirmations(self)
         self.warmer: ToolchainWarmer | None = None
-        if self.device == "cuda" and settings.fast_build:
+        if self.device == "cuda" and settings.fast_build and settings.language == "cuda":
             # The precompiled bindings headers take half a minute to make, once per machine: made
             # while the model writes its first responses, they are there for the first cold build.
             self.warmer = ToolchainWarmer(settings.cache_dir, self.device)
@@ -113,6 +113,8 @@ class LocalEvaluator:
         if build_folder is not None:
             extra["TORCH_EXTENSIONS_DIR"] = str(build_folder)
         extra.update(cache.toolchain_env(self.device))
+        if self.settings.language == "triton":
+            extra.update(triton_build.worker_env(self.settings.cache_dir, self.device))
         if self.settings.visible_devices is not None:
             # The GPU placement chose the kernels' GPU: the worker's cuda:0 is that one.
             extra["CUDA_VISIBLE_DEVICES"] = self.settings.visible_devices

@@ -17,6 +17,7 @@ from ...results import (EvalResult, GraphTiming, LaunchedTiming, Roofline, Runti
                        Status, SyncCheck)
 from ..toolchain.cache import cpu_name
 from . import meter
+from .first_call import INTERPRETER_FLAG, first_call
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import GRAPH_MAX_OUTPUT_BYTES, graph_column
@@ -117,6 +118,11 @@ def run_candidate(job: Job, stage: Callable[[Stage], None], request: Callable[[s
             return result(Status.RUNTIME_ERROR, "the candidate defines no class ModelNew")
         cand = new_model(module, task, job, ref)
         check_integrity(integrity, "after loading")
+        if job.settings.language == "triton":
+            enter(Stage.COMPILE)  # Triton compiles at the first launch: the first call is the build
+            if (failed := first_call(cand, trials.draw("audit"), device, job.candidate_path)) is not None:
+                return result(*failed)
+            check_integrity(integrity, "at its first call")
         return _check_and_time(job, trials, ref, cand, outcome, enter, result, integrity)
     except Mismatch as exc:
         return result(Status.INCORRECT, str(exc))
@@ -353,6 +359,8 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     floor = physical_floor(s, trials, moved)
     roof = reached(roofline_of(s, trials, moved), runtime.median_ms, reference.median_ms,
                    compiled.median_ms if compiled else None)
+    if s.language == "triton" and device == "cpu":
+        flags.append(INTERPRETER_FLAG)
     if (flag := implausibility(runtime.median_ms, floor)) is not None:
         flags.append(flag)
     graph = cuda_graph(s, trials, timer, cand, ref, runtime.median_ms, integrity) if device == "cuda" else None

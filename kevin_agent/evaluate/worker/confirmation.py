@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...results import Confirmed, Stage
-from . import fingerprint, meter
+from . import fingerprint, first_call, meter
 from .candidate import (RuleBroken, check_trials, compile_failed, device_name, new_model, physical_floor, recheck,
                         refuse_hidden_work, roofline_of, versions)
 from .correctness import Mismatch, Outcome, set_reference_tf32
@@ -152,6 +152,7 @@ class Confirming:
             except Exception as exc:
                 self.compiled, self.compile_error = None, describe(exc)[:300]
         importlib.import_module("torch.utils.cpp_extension")  # what every kernel imports first
+        first_call.prepare(self.s)  # a Triton kernel's imports (its compile is its first trial here)
         self.integrity = Integrity()
 
     # --- each kernel ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from ...workers import Parent, profiled, serve
 from . import meter
 from . import timing  # noqa: F401  (binds the timer functions before candidate code runs)
 from .candidate import device_name, run_candidate, versions
+from . import first_call
 from .confirmation import do_confirm
 from .correctness import leaves, set_reference_tf32
 from .guards import Integrity
@@ -132,6 +133,7 @@ def do_run(job: Job, parent: Parent) -> WorkerReply:
         # The imports first: host work, done before this worker asks to share the device.
         importlib.import_module("torch.utils.cpp_extension")  # what every candidate imports first
         importlib.import_module("torch._dynamo")  # the integrity snapshot's (``Integrity``)
+        first_call.prepare(job.settings)  # a Triton candidate's imports, before the snapshot
         if device == "cuda":
             parent.request("device")  # returns once this worker may use the device beside others
             torch.cuda.init()  # lazy CUDA set-up rebinds nothing after the integrity snapshot
