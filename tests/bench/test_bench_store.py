@@ -82,7 +82,7 @@ def test_a_result_counts_once_and_the_table_is_written_in_every_form(tmp_path):
     assert [(r["task_id"], r["status"], r["speedup"]) for r in rows] == [("level1/1_a", "done", "2"),
                                                                          ("level1/2_b", "failed", "")]
     md = (store.dir / "table.md").read_text()
-    assert md == render_markdown(table) and "| level1/2_b | failed |" in md and "## level1 (2 tasks)" in md
+    assert md == render_markdown(table) and "| level1/2_b | failed (below) |" in md and "## Failed tasks" in md and "## level1 (2 tasks)" in md
     assert ", 1 trajectory x 2 turns, local; " in md  # one trajectory, in the singular
     assert "kevin-opt resume bench-1" in md
     assert (store.dir / "fast_p.png").read_bytes()[:4] == b"\x89PNG"

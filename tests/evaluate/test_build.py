@@ -16,7 +16,7 @@ import pytest
 from ..gpufixtures import example_cuda_kernels
 from kevin_agent.config import EvalSettings, RunConfig, parallel_compiles_for
 from kevin_agent.evaluate.toolchain import cache, light
-from kevin_agent.evaluate.parent.builds import build_once, warm_toolchain
+from kevin_agent.evaluate.parent.builds import ToolchainWarmer, build_once, warm_toolchain
 from kevin_agent.evaluate.toolchain.build import Plan, needs_plain_retry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,6 +87,11 @@ def test_cpu_fast_build_uses_the_precompiled_header_and_builds_what_plain_builds
     warm_s, ready = warm_toolchain(tmp_path / "fast", "cpu")
     assert ready, (tmp_path / "fast" / "warm" / "warm.log").read_text()
     assert list((tmp_path / "fast" / "toolchain").glob("pch-*/torch/extension.h.gch"))
+    # The next evaluator on this cache in this process (a bench's next task) starts no warm-up again.
+    again = ToolchainWarmer(tmp_path / "fast", "cpu")
+    again.start()
+    assert again._proc is None and again.wait(1)
+    assert ToolchainWarmer(tmp_path / "other", "cpu").made.isdisjoint({(str(tmp_path / "other"), "cpu")})
 
     fast_dir, plain_dir = tmp_path / "fast" / "k", tmp_path / "plain" / "k"
     fast_ok = build_once(CPU_ADD, fast_dir, "cpu", fast=True).ok

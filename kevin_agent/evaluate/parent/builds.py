@@ -139,8 +139,17 @@ class ToolchainWarmer:
     def __init__(self, root: Path, device: str) -> None:
         self.root, self.device = root, device
         self._proc: subprocess.Popen | None = None
+        self._made = False
+
+    made: set[tuple[str, str]] = set()
+    """(cache folder, device) whose toolchain a warm-up of this process has made: a bench's next
+    task (another evaluator, the same cache) starts none, rather than one more process that
+    imports torch beside its probe to find the headers made."""
 
     def start(self) -> None:
+        if (str(self.root), self.device) in ToolchainWarmer.made:
+            self._made = True
+            return
         folder = self.root / "warm"
         folder.mkdir(parents=True, exist_ok=True)
         env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env(self.device)})
@@ -151,15 +160,22 @@ class ToolchainWarmer:
 
     def wait(self, timeout_s: float) -> bool:
         """Whether the toolchain is ready; stops the warm-up at ``timeout_s``."""
+        if self._made:
+            return True
         if self._proc is None:
             return False
         try:
-            return self._proc.wait(timeout=timeout_s) == 0
+            ready = self._proc.wait(timeout=timeout_s) == 0
+            if ready:
+                ToolchainWarmer.made.add((str(self.root), self.device))
+            return ready
         except subprocess.TimeoutExpired:
             self.stop()
             return False
 
     def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() == 0:
+            ToolchainWarmer.made.add((str(self.root), self.device))
         if self._proc is not None and self._proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
