@@ -24,4 +24,6 @@ def get_model():
 
 def get_inputs():
     ids = torch.randint(0, 32000, (1, SEQ))
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    # No cache: one forward over the whole sequence (prefill, or training's forward). With a cache each
+    # layer's attention writes its own layer of it, so the attentions are one computation only without.
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": False}

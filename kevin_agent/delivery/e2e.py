@@ -201,6 +201,7 @@ def _result(model_file: ModelFile, settings: EvalSettings, profile: ModelProfile
         module_speedup=None if several else kept[0].module_speedup, predicted=predicted,
         outputs_match=mismatched is None, max_abs_err=first.max_abs_err, max_rel_err=first.max_rel_err,
         mismatch=mismatched.mismatch if mismatched else "", tolerance=settings.tolerance,
+        rounding="" if mismatched else next((r.rounding for r in with_kernels if r.rounding), ""),
         kernel_calls=sum(k.kernel_calls for k in kept), fallback_calls=sum(k.fallback_calls for k in kept),
         member_calls={path: calls for k in kept for path, calls in k.member_calls.items()},
         rounds=rounds, slower=deciding < 1.0, wall_s=round(wall_s, 3), kernels=effects if several else [], **under)

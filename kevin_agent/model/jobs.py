@@ -100,6 +100,9 @@ class E2ERun(BaseModel):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mismatch: str = ""
+    rounding: str = ""
+    """Where the outputs differ beyond the tolerance but are as close to the model's in float32 as
+    its own low-precision outputs are: that, in words (and they count as matching)."""
     kernel_calls: float = 0.0
     """Per forward, all kernels together."""
     fallback_calls: float = 0.0

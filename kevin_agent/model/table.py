@@ -139,10 +139,10 @@ def e2e_lines(result: E2EResult) -> list[str]:
     if result.kernels:
         return _combined_lines(result)
     lines = [f"whole model: {result.baseline_ms:.3g} ms per forward without the kernel, {result.kernel_ms:.3g} ms "
-             f"with it (best of {result.rounds} rounds of fresh workers: {result.workers_speedup:.2f}x)"]
+             f"with it (the best of {result.rounds} rounds of fresh workers)"]
     predicted = (f"; Amdahl predicts {result.predicted:.2f}x from its {_pct(result.share)} share and its own "
                  f"{result.module_speedup:.2f}x" if result.predicted is not None else "")
-    verdict = f"speedup {result.speedup:.2f}x (with and without it, interleaved){predicted}"
+    verdict = f"speedup {result.speedup:.2f}x ({_interval(result)}with and without it, interleaved){predicted}"
     if result.slower:
         verdict = f"the kernel makes the whole model SLOWER: {result.speedup:.2f}x{predicted}"
     lines.append(verdict)
@@ -177,7 +177,15 @@ def _members_line(calls: dict[str, list[float]]) -> str:
         f"{path} {kernel:g}/{original:g}" for path, (kernel, original) in calls.items())
 
 
+def _interval(result: E2EResult) -> str:
+    """The speedup's 95% interval, where there is one, as the start of its parenthesis."""
+    low_high = result.speedup_interval
+    return f"95% interval {low_high[0]:.2f}-{low_high[1]:.2f}x; " if low_high else ""
+
+
 def _outputs_line(result: E2EResult) -> str:
+    if result.outputs_match and result.rounding:
+        return f"outputs match: {result.rounding}"
     if result.outputs_match:
         err = f" (max abs err {result.max_abs_err:.3g})" if result.max_abs_err is not None else ""
         return f"outputs match within the {result.tolerance} tolerance{err}"
@@ -190,10 +198,10 @@ def _combined_lines(result: E2EResult) -> list[str]:
     n = len(kept)
     them = f"all {n} kept kernels" if n > 1 else "the one kept kernel"
     lines = [f"whole model: {result.baseline_ms:.3g} ms per forward without the kernels, {result.kernel_ms:.3g} ms "
-             f"with {them} (best of {result.rounds} rounds of fresh workers: {result.workers_speedup:.2f}x)"]
+             f"with {them} (the best of {result.rounds} rounds of fresh workers)"]
     predicted = (f"; Amdahl predicts {result.predicted:.2f}x for the combination from their {_pct(result.share)} "
                  "share and their own speedups" if result.predicted is not None else "")
-    verdict = f"speedup {result.speedup:.2f}x (with and without them, interleaved){predicted}"
+    verdict = f"speedup {result.speedup:.2f}x ({_interval(result)}with and without them, interleaved){predicted}"
     if result.slower:
         verdict = f"the kernels make the whole model SLOWER: {result.speedup:.2f}x{predicted}"
     lines.append(verdict)

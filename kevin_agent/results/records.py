@@ -355,6 +355,9 @@ class E2EResult(Record):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mismatch: str = ""
+    rounding: str = ""
+    """Where the outputs differ beyond the tolerance but are as close to the model's own in float32
+    as its bf16 or fp16 outputs are (they then count as matching): that, in words."""
     tolerance: str = "strict"
     kernel_calls: float
     """Calls per forward that took the kernel."""

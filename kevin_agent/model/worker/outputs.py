@@ -110,3 +110,53 @@ def same_leaves(got, want: list[tuple[str, object]], atol: float | None, rtol: f
                 raise Mismatch(str(exc).replace("output", path, 1)) from None
         elif isinstance(a, torch.Tensor) or a != b:
             raise Mismatch(f"{path} is {'a tensor' if isinstance(a, torch.Tensor) else a}, expected {b}")
+
+
+ROUNDING_MAX = 2.0
+"""How much larger than the model's own largest error against float32 the largest may be."""
+ROUNDING_MEAN = 1.5
+"""How much larger than the model's own mean error against float32 the mean may be."""
+
+
+def within_rounding(got, want: list[tuple[str, object]], truth: list[tuple[str, object]]) -> str:
+    """Where ``got`` differs from the model's outputs ``want`` beyond the tolerance: whether every
+    floating leaf is nonetheless about as close to the float32 outputs ``truth`` as ``want`` is (its
+    largest error at most ``ROUNDING_MAX`` times the model's own, its mean error at most
+    ``ROUNDING_MEAN`` times), said in words; empty where it is not, or the leaves do not line up."""
+    mine = flatten(got)
+    if [p for p, _ in mine] != [p for p, _ in want] or [p for p, _ in want] != [p for p, _ in truth]:
+        return ""
+    worst = None
+    for (path, a), (_, b), (_, t) in zip(mine, want, truth):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(t, torch.Tensor)):
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or a != b:
+                return ""
+            continue
+        if not a.is_floating_point() or a.shape != b.shape or b.shape != t.shape:
+            if not torch.equal(a, b):
+                return ""
+            continue
+        t = t.to(a.device, torch.float32)
+        ours = (a.float() - t).abs()
+        theirs = (b.float() - t).abs()
+        tiny = torch.finfo(b.dtype).eps * float(t.abs().mean()) if t.numel() else 0.0
+        if not (torch.isfinite(ours).all() and float(ours.max()) <= ROUNDING_MAX * float(theirs.max()) + tiny
+                and float(ours.mean()) <= ROUNDING_MEAN * float(theirs.mean()) + tiny):
+            return ""
+        ratio = float(ours.mean()) / max(float(theirs.mean()), 1e-30)
+        if worst is None or ratio > worst[1]:
+            worst = (path, ratio, float(ours.max()), float(theirs.max()))
+    if worst is None:
+        return ""
+    path, ratio, ours_max, theirs_max = worst
+    return (f"beyond the tolerance, but within the model's own {want_dtype(want)} rounding: against the "
+            f"model in float32, {path}'s mean error is {ratio:.2f}x the model's own and its largest "
+            f"{ours_max:.3g} against {theirs_max:.3g}")
+
+
+def want_dtype(want: list[tuple[str, object]]) -> str:
+    """The floating dtype of the model's outputs, as a word (bfloat16, float16)."""
+    for _, v in want:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return str(v.dtype).replace("torch.", "")
+    return "low-precision"
