@@ -15,10 +15,19 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .rules import _Checker
+
+class Checker(Protocol):
+    """What the rules ask of the checker that walks the answer (``rules._Checker``): a name's full
+    dotted path, the ``load_inline`` calls it found, and a place to report a violation."""
+
+    load_inline_calls: list
+
+    def resolve(self, node: ast.AST) -> str: ...
+
+    def add(self, rule: str, message: str, node: ast.AST | None, line: int | None = None) -> None: ...
+
 
 _KERNEL_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit.jit",
                       "triton.runtime.autotuner.autotune", "triton.runtime.autotuner.heuristics"}
@@ -37,7 +46,7 @@ _TIMER_API = ("triton.testing",)
 class TritonRules:
     """What the checker learns of a Triton answer as it walks the module."""
 
-    def __init__(self, checker: _Checker) -> None:
+    def __init__(self, checker: Checker) -> None:
         self.checker = checker
         self.kernels: set[str] = set()
         self.launches: list[ast.Call] = []
