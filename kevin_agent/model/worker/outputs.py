@@ -122,36 +122,42 @@ def within_rounding(got, want: list[tuple[str, object]], truth: list[tuple[str, 
     """Where ``got`` differs from the model's outputs ``want`` beyond the tolerance: whether every
     floating leaf is nonetheless about as close to the float32 outputs ``truth`` as ``want`` is (its
     largest error at most ``ROUNDING_MAX`` times the model's own, its mean error at most
-    ``ROUNDING_MEAN`` times), said in words; empty where it is not, or the leaves do not line up."""
+    ``ROUNDING_MEAN`` times), said in words; empty where it is not (``rounding_verdict`` says why)."""
+    ok, words = rounding_verdict(got, want, truth)
+    return words if ok else ""
+
+
+def rounding_verdict(got, want: list[tuple[str, object]], truth: list[tuple[str, object]]) -> tuple[bool, str]:
+    """``within_rounding``'s answer and its words either way: the leaf furthest from float32
+    against the model's own distance."""
     mine = flatten(got)
     if [p for p, _ in mine] != [p for p, _ in want] or [p for p, _ in want] != [p for p, _ in truth]:
-        return ""
+        return False, "the outputs in float32 have other leaves"
     worst = None
     for (path, a), (_, b), (_, t) in zip(mine, want, truth):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(t, torch.Tensor)):
             if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or a != b:
-                return ""
+                return False, f"{path} differs"
             continue
         if not a.is_floating_point() or a.shape != b.shape or b.shape != t.shape:
             if not torch.equal(a, b):
-                return ""
+                return False, f"{path} differs"
             continue
         t = t.to(a.device, torch.float32)
         ours = (a.float() - t).abs()
         theirs = (b.float() - t).abs()
         tiny = torch.finfo(b.dtype).eps * float(t.abs().mean()) if t.numel() else 0.0
+        ratio = float(ours.mean()) / max(float(theirs.mean()), 1e-30)
+        words = (f"against the model in float32, {path}'s mean error is {ratio:.2f}x the model's own and its "
+                 f"largest {float(ours.max()):.3g} against {float(theirs.max()):.3g}")
         if not (torch.isfinite(ours).all() and float(ours.max()) <= ROUNDING_MAX * float(theirs.max()) + tiny
                 and float(ours.mean()) <= ROUNDING_MEAN * float(theirs.mean()) + tiny):
-            return ""
-        ratio = float(ours.mean()) / max(float(theirs.mean()), 1e-30)
-        if worst is None or ratio > worst[1]:
-            worst = (path, ratio, float(ours.max()), float(theirs.max()))
+            return False, words
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, words)
     if worst is None:
-        return ""
-    path, ratio, ours_max, theirs_max = worst
-    return (f"beyond the tolerance, but within the model's own {want_dtype(want)} rounding: against the "
-            f"model in float32, {path}'s mean error is {ratio:.2f}x the model's own and its largest "
-            f"{ours_max:.3g} against {theirs_max:.3g}")
+        return False, "no floating output to compare"
+    return True, f"beyond the tolerance, but within the model's own {want_dtype(want)} rounding: {worst[1]}"
 
 
 def want_dtype(want: list[tuple[str, object]]) -> str:

@@ -30,6 +30,9 @@ from ..jobs import E2EKernelRun, E2ERun, ModelJob
 from . import outputs
 from .loading import LoadedModel, ModelProblem, forward, load
 
+LOW = (torch.bfloat16, torch.float16)
+"""The precisions whose rounding compounds over a model's layers past any fixed tolerance."""
+
 Guards = list[list[tuple[torch.nn.Module, object]]]
 """Per kernel, (module, its guard) at each module it is installed at."""
 
@@ -102,10 +105,14 @@ def _matches(loaded: LoadedModel, expected, s, model=None, truth=None) -> tuple[
             got = loaded.call(model) if model is not None else forward(loaded)
         outputs.same_leaves(got, expected, s.atol, s.rtol, outcome, s.tolerance)
     except Mismatch as exc:
-        if truth is not None and got is not None and (note := outputs.within_rounding(got, expected, truth)):
-            outcome.rounding = note
+        if truth is None or got is None:
+            low = got is not None and any(p.dtype in LOW for p in loaded.model.parameters())
+            return False, f"{exc}; no float32 copy of the model to compare with" if low else str(exc), outcome
+        ok, words = outputs.rounding_verdict(got, expected, truth)
+        if ok:
+            outcome.rounding = words
             return True, "", outcome
-        return False, str(exc), outcome
+        return False, f"{exc}; {words}", outcome
     return True, "", outcome
 
 
@@ -116,10 +123,9 @@ def _truth_path(outputs_path: str) -> str:
 def _float32_forward(loaded: LoadedModel):
     """The outputs of a float32 copy of a model whose weights are bf16 or fp16, on its inputs cast
     likewise; None for a model in float32 or wider, or where the copy does not fit."""
-    low = (torch.bfloat16, torch.float16)
-    if not any(p.dtype in low for p in loaded.model.parameters()):
+    if not any(p.dtype in LOW for p in loaded.model.parameters()):
         return None
-    wide = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype in low else v  # noqa: E731
+    wide = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype in LOW else v  # noqa: E731
     try:
         copy = copy_module.deepcopy(loaded.model).float()
         with torch.no_grad():
