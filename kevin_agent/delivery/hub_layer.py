@@ -51,9 +51,11 @@ def _forward_def(parameters: list[str]) -> tuple[str, str]:
             params.append(f"{name}=_UNSET" if p.endswith("=") else name)
             by_position = "/" in parameters[parameters.index(p):] or not (keyword_only or p.endswith("="))
             (positional if by_position else keywords).append(name)
+    if all(p.isidentifier() for p in parameters):  # every argument always given, by position: no sorting
+        return ", ".join(params), f"_kernel().layer_forward({', '.join(['self', *positional])})"
     call = ["self", f"({', '.join(positional)}{',' if len(positional) == 1 else ''})",
             "{" + ", ".join(f"{n!r}: {n}" for n in keywords) + "}", star or "()", stars or "{}"]
-    return ", ".join(params), ", ".join(call)
+    return ", ".join(params), f"_run({', '.join(call)})"
 
 
 def render_layers(env: InstallEnvelope, stem: str) -> str:
@@ -93,15 +95,19 @@ def _kernel_module():
     return module
 
 
+def _kernel():
+    return _LOADED[0] if _LOADED else _kernel_module()
+
+
 def _run(module, positional, keywords, star, stars):
     given = {{k: v for k, v in keywords.items() if v is not _UNSET}}
     args = [v for v in positional if v is not _UNSET]
-    return (_LOADED[0] if _LOADED else _kernel_module()).layer_forward(module, *args, *star, **given, **stars)
+    return _kernel().layer_forward(module, *args, *star, **given, **stars)
 
 
 class {env.layer_name}(torch.nn.Module):
     def forward({signature}):
-        return _run({call})
+        return {call}
 '''
 
 

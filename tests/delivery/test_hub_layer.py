@@ -176,7 +176,10 @@ def test_the_layers_forward_repeats_the_originals_parameters_and_passes_only_wha
     signature, call = _forward_def(["x", "y=", "/", "z=", "*rest", "w", "**more"])
     assert signature == "self, x, y=_UNSET, /, z=_UNSET, *rest, w, **more"
     scope = {}
-    exec(f"_UNSET = object()\ndef forward({signature}):\n    return ({call})", scope)
+    exec(f"_UNSET = object()\n_run = lambda *a: a\ndef forward({signature}):\n    return {call}", scope)
     unset = scope["_UNSET"]
     assert scope["forward"]("m", 1, w=3) == ("m", (1, unset), {"z": unset, "w": 3}, (), {})
     assert scope["forward"]("m", 1, 2, 4, 5, w=3, k=6) == ("m", (1, 2), {"z": 4, "w": 3}, (5,), {"k": 6})
+    # every argument always given by position: handed on as it came
+    assert _forward_def(["hidden_states", "residual"]) == (
+        "self, hidden_states, residual", "_kernel().layer_forward(self, hidden_states, residual)")
