@@ -115,17 +115,20 @@ def mapping_lines(stem: str, env: InstallEnvelope) -> list[str]:
     """How a person runs the kernel of the module ``stem`` through ``kernels``' ``kernelize``."""
     folder = f"{stem}_layer"
     return [
-        f"To use it through Hugging Face's kernels (`{env.layer_name}` layers, kernels>=0.17): the local layer",
-        f"repository {folder}/ beside this module runs it in every {env.class_name}'s forward:",
+        f"{folder}/ beside {stem}.py is a local Hugging Face kernels layer repository (kernels>=0.17): its",
+        f"`{env.layer_name}` layer runs the kernel in every {env.class_name}'s forward where it was verified, the",
+        "original forward elsewhere:",
         "",
         "    from pathlib import Path",
         "    from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping",
-        f"    layer = LocalLayerRepository(repo_path=Path({folder!r}), layer_name={env.layer_name!r})",
+        f"    import {stem}  # builds nothing",
+        f"    folder = Path({stem}.__file__).with_name({folder!r})",
+        f"    layer = LocalLayerRepository(repo_path=folder, layer_name={env.layer_name!r})",
         f"    with use_kernel_mapping({{{env.layer_name!r}: {{{env.device!r}: layer}}}}):",
         f"        model = kernelize(model, mode=Mode.INFERENCE, device={env.device!r})",
         "",
-        f"(where transformers leaves its kernels hook off: first kernels.replace_kernel_forward_from_hub({env.class_name},",
-        f"{env.layer_name!r})). {env.layer_name} calls outside the verified envelope run the original forward.",
+        "Where transformers leaves its kernels hook off (it pins one kernels version), first",
+        f"kernels.replace_kernel_forward_from_hub({env.class_name}, {env.layer_name!r}).",
     ]
 
 

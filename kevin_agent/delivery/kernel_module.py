@@ -261,7 +261,7 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
                        shapes=family.describe() if family is not None else None)
         lines += install_note(env, stem or module_stem(task))
         if env.layer_name:
-            lines += ["", *mapping_lines(stem or module_stem(task), env)]
+            lines += ["", "To use it through Hugging Face's kernels:", *mapping_lines(stem or module_stem(task), env)]
         if family is not None:
             lines += ["", "The shapes it runs at (checked against the original before delivery):",
                       *[f"  {ln}" for ln in family.describe()]]
