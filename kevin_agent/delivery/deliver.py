@@ -15,10 +15,12 @@ from pydantic import BaseModel, Field
 
 from ..results.winner import Winner, winner
 from ..errors import GitError, KevinError
+from ..model.marks import read_envelope
 from ..results import RunInfo, TurnRecord
 from ..results.records import E2EResult
 from ..task import Task
 from . import gitops
+from .hub_layer import layer_folder, write_layer
 from .kernel_module import check_shapes, render_kernel_module
 from .plan import DeliveryPlan, extensions
 from .report import ReportPaths, write_report_files
@@ -125,12 +127,17 @@ def _write(plan: DeliveryPlan, task: Task, info: RunInfo, records: Sequence[Turn
     plan.kernel_path.parent.mkdir(parents=True, exist_ok=True)
     module = render_kernel_module(task, best, info, stem=plan.kernel_path.stem, family=check_shapes(task, best, info))
     plan.kernel_path.write_text(module, encoding="utf-8")
+    env = read_envelope(plan.kernel_path)
+    layer = write_layer(plan.kernel_path, env) if env is not None else []
     e2e, said, held = (_whole_model(plan, whole_model) if plan.model_file is not None and whole_model is not None
                        else (None, None, None))
     write_report_files(info, records, plan.report, e2e=e2e)
-    delivery = Delivery(plan=plan, outcome="written", written=plan.paths, e2e=e2e)
+    delivery = Delivery(plan=plan, outcome="written", written=[*plan.paths, *layer], e2e=e2e)
     report = extensions([plan.shown(p) for p in plan.paths[1:]])
     delivery.notes.append(f"wrote {plan.shown(plan.kernel_path)} and {report}")
+    if layer:
+        delivery.notes.append(f"to use it through kernels: the {env.layer_name} layer repository "
+                              f"{plan.shown(layer_folder(plan.kernel_path))}/, its mapping in the module's header")
     if plan.replaces is not None:
         delivery.notes.append(f"replaced {plan.kernel_path.name}, which claimed {plan.replaces.describe()}")
     if plan.flagged is not None:
@@ -176,7 +183,7 @@ def _left_uncommitted(delivery: Delivery, why: str) -> None:
 def _commit(delivery: Delivery, repo) -> None:
     plan = delivery.plan
     try:
-        result = gitops.commit_paths(repo, plan.paths, plan.message, branch=plan.branch)
+        result = gitops.commit_paths(repo, delivery.written, plan.message, branch=plan.branch)
     except GitError as exc:
         _left_uncommitted(delivery, exc.message + (f" ({exc.hint})" if exc.hint else ""))
         return

@@ -35,6 +35,7 @@ from ..model.marks import extracted_from
 from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..results.versioned import Versioned, schema_field
 from ..task import Task
+from .hub_layer import mapping_lines
 from .triton_module import triton_lines
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
@@ -259,6 +260,8 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
                        verified=family.admitted if family is not None else verified,
                        shapes=family.describe() if family is not None else None)
         lines += install_note(env, stem or module_stem(task))
+        if env.layer_name:
+            lines += ["", "To use it through Hugging Face's kernels:", *mapping_lines(stem or module_stem(task), env)]
         if family is not None:
             lines += ["", "The shapes it runs at (checked against the original before delivery):",
                       *[f"  {ln}" for ln in family.describe()]]

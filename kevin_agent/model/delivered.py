@@ -42,7 +42,8 @@ def envelope(meta: ExtractedTask, *, device: str, seed: int, verified: list[str]
                            class_name=meta.class_name,
                            device=device, training=meta.training, any_mode=meta.any_mode, signatures=verified,
                            recorded=meta.signatures + meta.left_out, init_inputs=meta.init_inputs, seed=seed,
-                           code_sha256=hashlib.sha256(code.encode()).hexdigest())
+                           code_sha256=hashlib.sha256(code.encode()).hexdigest(), layer_name=meta.layer_name,
+                           layer_parameters=meta.layer_parameters)
 
 
 KERNEL_CODE_NAME = "KEVIN_KERNEL_CODE"
@@ -94,6 +95,8 @@ def install_footer(env: InstallEnvelope, stem: str) -> str:
     ``kernel_calls(model)``, and ``ModelNew`` made on first use."""
     where = _where(env)
     sigs = ", ".join(env.signatures) or "none"
+    envelope_args = (f"signatures=KEVIN_SIGNATURES, device={env.device!r}, "
+                     f"training={None if env.any_mode else env.training!r}, seed={env.seed!r}, op=KEVIN_OP")
     return "\n".join([
         "",
         "",
@@ -116,10 +119,17 @@ def install_footer(env: InstallEnvelope, stem: str) -> str:
         "    its own parameters, where it was verified; returns ``model``. Nothing is built until the kernel's",
         '    first call."""',
         "    for where in KEVIN_MODULES if path is None else [path]:",
-        f"        install_kernel(model, where, _KERNEL, {env.init_inputs}, signatures=KEVIN_SIGNATURES,",
-        f"                       device={env.device!r}, training={None if env.any_mode else env.training!r}, "
-        f"seed={env.seed!r}, op=KEVIN_OP)",
+        f"        install_kernel(model, where, _KERNEL, {env.init_inputs}, {envelope_args})",
         "    return model",
+        "",
+        "",
+        "def layer_forward(module, *args, **kwargs):",
+        '    """The forward of this kernel\'s Hugging Face ``kernels`` layer (the ``*_layer`` repository beside',
+        "    this module), for ``module`` whose forward ``kernelize`` replaced: the kernel on the module's own",
+        '    parameters where it was verified, the class\'s own forward for every other call."""',
+        f"    guard = module.__dict__.get(LAYER_GUARDS, {{}}).get(_KERNEL.name) or layer_guard(",
+        f"        module, _KERNEL, {env.init_inputs}, {envelope_args})",
+        "    return guard(*args, **kwargs)",
         "",
         "",
         "def uninstall(model, path=None):",
@@ -193,6 +203,10 @@ def report_section(task_path: Path, best_record, device: str, seed: int) -> list
         f"`kevin-opt install {meta.model_file} --kernel {stem}.py` shows the change to the model file "
         f"(`--write` writes it); `kevin-opt e2e {meta.model_file} --kernel {stem}.py` times the whole model with "
         "and without it.",
+        *([] if not meta.layer_name else [
+            "", f"To use it through Hugging Face's kernels: {meta.class_name} is its `{meta.layer_name}` layer, and "
+                f"`{stem}_layer/` beside the kernel module is a local layer repository for it; the kernel module's "
+                "header gives the `use_kernel_mapping` and `kernelize` lines."]),
     ]
 
 

@@ -249,6 +249,12 @@ class ExtractedTask(Versioned):
     left_out: list[SignatureUse] = Field(default_factory=list)
     """Signatures the model uses that the task does not cover: a captured graph holds the other
     arguments at the headline's values, and these pass others. Their calls keep the original forward."""
+    layer_name: str = ""
+    """The name Hugging Face's ``kernels`` knows the module's class by (``use_kernel_forward_from_hub``):
+    the delivery then also writes a ``kernels`` layer repository for it (empty: not such a layer)."""
+    layer_parameters: list[str] = Field(default_factory=list)
+    """The parameters of its class's ``forward`` after ``self``, as a ``kernels`` layer must repeat them:
+    ``name``, ``name=`` (it has a default), ``*name``, ``**name``, and the markers ``*`` and ``/``."""
 
     @property
     def paths(self) -> list[str]:
@@ -280,6 +286,9 @@ class InstallEnvelope(Versioned):
     shapes: list[str] = Field(default_factory=list)
     """What the check at the family of shapes around each verified signature found, one sentence each
     (empty: not checked)."""
+    layer_name: str = ""
+    """``ExtractedTask.layer_name``: the ``kernels`` layer the kernel is also offered as."""
+    layer_parameters: list[str] = Field(default_factory=list)
 
     @property
     def paths(self) -> list[str]:

@@ -19,10 +19,12 @@ from pathlib import Path
 
 from ..delivery import gitops
 from ..delivery.e2e import DEFAULT_ROUNDS, measure
+from ..delivery.hub_layer import write_layer
 from ..delivery.install import plan_change
 from ..delivery.original import ModelTarget, commit_original, model_target, original_message, own_checkout
 from ..delivery.plan import shown_path
 from ..errors import ExitCode, GitError
+from ..model.marks import read_envelope
 from ..model.modelfile import ModelFile
 from ..model.records import ModelProfile
 from ..protocols import OptimizeProgress
@@ -131,6 +133,8 @@ def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
         if Path(g.kernel_file).resolve() != path.resolve():
             shutil.copyfile(g.kernel_file, path)
         g.kernel_file = str(path)
+    # a kernel for a Hugging Face kernels layer: its layer repository beside it too
+    layers = [f for path in beside if (env := read_envelope(path)) is not None for f in write_layer(path, env)]
     change = plan_change(model_file, beside)
     if change.new_text is not None and not change.done:
         with gitops.opened(model_file.path) as repo:
@@ -147,7 +151,7 @@ def _deliver(session, model_file: ModelFile) -> OptimizeRecord:
         if not change.done:
             record.notes.append(f"the model file is not changed ({change.why_not}); add by hand: "
                                 + "; ".join(change.usage()))
-    paths = targets(model_file, beside, target.path)
+    paths = [*targets(model_file, beside, target.path), *layers]
     write_model_report(record, model_file.path)
     with gitops.opened(model_file.path) as repo:
         root = Path(repo.working_tree_dir) if repo is not None and not repo.bare else None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..delivery.hub_layer import mapping_lines
+from ..model.marks import read_envelope
 from ..results.optimize import GroupRun, OptimizeRecord
 from ..results.records import to_json
 
@@ -116,9 +118,21 @@ def render_markdown(record: OptimizeRecord) -> str:
     if record.model_change:
         lines += ["## The change to the model file", "", *([record.original, ""] if record.original else []),
                   "```diff", record.model_change.rstrip("\n"), "```", ""]
+    lines += _hub_layer_lines(record)
     lines += [f"Show it again with `kevin-opt show {record.optimize_id}`; each group's run with "
               "`kevin-opt show RUN`.", ""]
     return "\n".join(lines)
+
+
+def _hub_layer_lines(record: OptimizeRecord) -> list[str]:
+    """For each kept kernel of a Hugging Face ``kernels`` layer class: how to use it through ``kernelize``."""
+    lines = []
+    for g in record.kept:
+        env = read_envelope(Path(g.kernel_file)) if g.kernel_file else None
+        if env is not None and env.layer_name:
+            heading = [] if lines else ["## To use it through Hugging Face's kernels", ""]
+            lines += [*heading, *mapping_lines(Path(g.kernel_file).stem, env), ""]
+    return lines
 
 
 def plot(record: OptimizeRecord, path: Path) -> None:

@@ -283,6 +283,33 @@ CHECK = textwrap.dedent("""
 """)
 
 
+KERNELIZE = textwrap.dedent("""
+    import importlib, importlib.util, json, sys
+    import torch
+    from kernels import replace_kernel_forward_from_hub
+
+    kernel = importlib.import_module(sys.argv[1])
+    spec = importlib.util.spec_from_file_location("original", sys.argv[2])
+    original = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(original)
+    torch.manual_seed(0)
+    plain = original.get_model()
+    torch.manual_seed(0)
+    model = original.get_model()
+    for m in {type(m) for m in model.modules() if type(m).__name__.endswith("RMSNorm")}:
+        replace_kernel_forward_from_hub(m, "RMSNorm")  # what transformers' decorator does with its kernels
+    snippet = kernel.__doc__.split("use it through Hugging Face's kernels")[1]
+    scope = {"model": model}
+    exec("\\n".join(ln[4:] for ln in snippet.splitlines() if ln.startswith("    ")), scope)
+    torch.manual_seed(1)
+    inputs = original.get_inputs()
+    with torch.no_grad():
+        a, b = scope["model"](**inputs), plain(**inputs)
+    print(json.dumps({"calls": kernel.kernel_calls(scope["model"]),
+                      "max_abs": float((a.last_hidden_state - b.last_hidden_state).abs().max())}))
+""")
+
+
 @pytest.fixture(scope="module", params=["tiny_llama.py", "tiny_qwen2.py"])
 def optimized(request, tmp_path_factory):
     name = request.param
@@ -306,6 +333,14 @@ def test_optimize_commits_the_norm_of_a_hidden_transformers_model(optimized):
     # the committed model file installs the kernel itself: against the original, at the profiled
     # shape (the kernel at every member) and at a batch and length it was never profiled at
     (kernel,) = repo.glob("*_kevin.py")
+    # RMSNorm is a Hugging Face kernels layer: its local layer repository is committed beside the kernel
+    committed = subprocess.run(["git", "-C", repo, "ls-files"], capture_output=True, text=True).stdout.split()
+    layer = f"{kernel.stem}_layer/build/torch-universal/"
+    assert {layer + f for f in ("__init__.py", "layers.py", "metadata.json")} <= set(committed), committed
+    assert "class RMSNorm(torch.nn.Module)" in (repo / layer / "layers.py").read_text()
+    assert "use_kernel_mapping({'RMSNorm': {'cpu': layer}})" in kernel.read_text()
+    report = (repo / f"{Path(name).stem}_kevin_model_report.md").read_text()
+    assert "## To use it through Hugging Face's kernels" in report and f"{kernel.stem}_layer" in report
     settings = EvalSettings(device="cpu")  # the run's build, where e2e finds it: nothing compiles here
     folder = settings.cache_dir / cache.build_key(kernel_code(kernel, read_envelope(kernel)), "cpu", settings.fast_build)
     check = subprocess.run([sys.executable, "-c", CHECK, str(repo / name), str(repo / "original.py")],
@@ -319,6 +354,14 @@ def test_optimize_commits_the_norm_of_a_hidden_transformers_model(optimized):
     for shape in (profiled, other):
         assert shape["max_abs"] < 1e-4, shape
     assert other["kernel_calls"] + other["fallback_calls"] == 9
+    # and through Hugging Face's kernels: the committed layer repository, by the header's own lines
+    hub = subprocess.run([sys.executable, "-c", KERNELIZE, kernel.stem, str(repo / "original.py")],
+                         capture_output=True, text=True, cwd=repo, timeout=300,
+                         env={**os.environ, "TORCH_EXTENSIONS_DIR": str(folder)})
+    assert hub.returncode == 0, hub.stderr
+    result = json.loads(hub.stdout.splitlines()[-1])
+    assert len(result["calls"]) == 9 and all(c == {"kernel": 1, "original": 0} for c in result["calls"].values())
+    assert result["max_abs"] < 1e-4, result
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 
@@ -199,7 +200,47 @@ def _meta(loaded_name: str, path: str, module, capture: str, init: list, calls: 
                          training=module.training, any_mode=not _reads_mode(module), init_inputs=repr(list(init)),
                          signatures=[SignatureUse(key=s.key, calls=s.calls) for s in calls.ordered()],
                          left_out=[SignatureUse(key=s.key, calls=s.calls) for s in every.ordered()
-                                   if s.key not in calls.signatures])
+                                   if s.key not in calls.signatures],
+                         layer_name=(layer := hub_layer_name(type(module))),
+                         layer_parameters=forward_parameters(type(module).forward) if layer else [])
+
+
+def forward_parameters(forward) -> list[str]:
+    """``forward``'s parameters after ``self`` as ``ExtractedTask.layer_parameters`` names them."""
+    out, kinds = [], inspect.Parameter
+    params = list(inspect.signature(forward).parameters.values())[1:]
+    for i, p in enumerate(params):
+        if p.kind is kinds.KEYWORD_ONLY and (i == 0 or params[i - 1].kind not in (kinds.KEYWORD_ONLY,
+                                                                                    kinds.VAR_POSITIONAL)):
+            out.append("*")
+        out.append({kinds.VAR_POSITIONAL: "*", kinds.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+                   + ("=" if p.default is not p.empty else ""))
+        if p.kind is kinds.POSITIONAL_ONLY and (i + 1 == len(params) or params[i + 1].kind is not p.kind):
+            out.append("/")
+    return out
+
+
+_HUB_DECORATOR = re.compile(r"""^\s*@(?:\w+\.)*use_kernel_forward_from_hub\(\s*["'](\w+)["']""")
+
+
+def hub_layer_name(klass: type) -> str:
+    """The name Hugging Face's ``kernels`` knows ``klass`` by: its ``kernel_layer_name`` (set by
+    ``use_kernel_forward_from_hub`` where that decorator is active), else the decorator written above
+    the class in its source (transformers keeps it inert where its pinned ``kernels`` is not
+    installed); empty for any other class."""
+    name = getattr(klass, "kernel_layer_name", None)
+    if isinstance(name, str) and name:
+        return name
+    try:
+        lines, _ = inspect.getsourcelines(klass)
+    except (OSError, TypeError):
+        return ""
+    for text in lines:
+        if text.lstrip().startswith("class "):
+            break
+        if match := _HUB_DECORATOR.match(text):
+            return match[1]
+    return ""
 
 
 def _strategies(loaded: LoadedModel, module, calls: Calls):

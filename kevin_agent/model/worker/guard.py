@@ -519,9 +519,32 @@ def uninstall_kernel(model: torch.nn.Module, path: str) -> None:
         module.forward = original
 
 
+LAYER_GUARDS = "_kevin_layer_guards"
+"""A module's attribute holding the guards its ``kernels`` layer forward made, by kernel."""
+
+
+def layer_guard(module: torch.nn.Module, kernel: KernelSource, init_inputs: list, *, signatures: list[str],
+                device: str, training: bool | None, seed: int = 0, op: str = "") -> KernelGuard:
+    """The guard a Hugging Face ``kernels`` layer's forward calls for ``module`` (whose ``forward``
+    ``kernelize`` replaced): made on its first call, around its class's own forward, and kept on the
+    module, so that it checks every call as an installed kernel does and counts what ran."""
+    guards = module.__dict__.setdefault(LAYER_GUARDS, {})
+    guard = guards.get(kernel.name)
+    if guard is None:
+        guard = guards[kernel.name] = KernelGuard(
+            module, kernel, type(module).forward.__get__(module), signatures=signatures, device=device,
+            training=training, init_inputs=init_inputs, seed=seed, op=op)
+    return guard
+
+
 def kernel_calls(model: torch.nn.Module) -> dict[str, dict[str, int]]:
-    """Per module path with a kernel installed: the calls that ran the kernel and those that ran the
-    original forward."""
-    return {path: {"kernel": g.kernel_calls, "original": g.fallback_calls}
-            for path, module in model.named_modules(remove_duplicate=False)
-            if isinstance(g := module.__dict__.get("forward"), KernelGuard)}
+    """Per module path with a kernel installed (or run through a ``kernels`` layer): the calls that ran
+    the kernel and those that ran the original forward."""
+    calls = {}
+    for path, module in model.named_modules(remove_duplicate=False):
+        guards = [g for g in [module.__dict__.get("forward"), *module.__dict__.get(LAYER_GUARDS, {}).values()]
+                  if isinstance(g, KernelGuard)]
+        if guards:
+            calls[path] = {"kernel": sum(g.kernel_calls for g in guards),
+                           "original": sum(g.fallback_calls for g in guards)}
+    return calls
