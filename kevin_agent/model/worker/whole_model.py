@@ -121,8 +121,8 @@ def _truth_path(outputs_path: str) -> str:
 
 
 def _float32_forward(loaded: LoadedModel):
-    """The outputs of a float32 copy of a model whose weights are bf16 or fp16, on its inputs cast
-    likewise; None for a model in float32 or wider, or where the copy does not fit."""
+    """The outputs (as the model returns them) of a float32 copy of a model whose weights are bf16 or
+    fp16, on its inputs cast likewise; None for a model in float32 or wider, or where the copy does not fit."""
     if not any(p.dtype in LOW for p in loaded.model.parameters()):
         return None
     wide = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype in LOW else v  # noqa: E731
@@ -130,9 +130,8 @@ def _float32_forward(loaded: LoadedModel):
         copy = copy_module.deepcopy(loaded.model).float()
         with torch.no_grad():
             out = copy(*[wide(v) for v in loaded.inputs], **{k: wide(v) for k, v in loaded.kwargs.items()})
-        leaves = [(p, v.detach().clone() if isinstance(v, torch.Tensor) else v) for p, v in outputs.flatten(out)]
-        del copy, out
-        return leaves
+        del copy
+        return out
     except Exception:  # too large for a second copy, or a model that cannot run in float32: no second opinion
         return None
     finally:
