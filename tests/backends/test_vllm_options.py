@@ -286,7 +286,7 @@ def test_bad_option_values_exit_2(args, needles):
 
 def test_eval_gpu_beyond_the_gpus_exits_2_before_anything_starts(tmp_path):
     proc = kevin("run", REPO / "examples" / "rmsnorm.py", "--device", "cuda", "--backend", "scripted",
-                 "--responses", REPO / "examples" / "rmsnorm.cuda.jsonl", "--eval-gpu", "5", "--headless",
+                 "--responses", REPO / "examples" / "rmsnorm.cuda.jsonl", "--turns", "2", "--eval-gpu", "5", "--headless",
                  "--run-dir", tmp_path / "runs", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2, proc.stderr
     assert "--eval-gpu 5, but this process sees no GPU" in proc.stderr and "Traceback" not in proc.stderr
