@@ -20,7 +20,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from ..config import EvalOptions, EvalSettings
-from ..evaluate.toolchain import cache
+from ..evaluate.toolchain import cache, triton_build
 from ..model.family import FamilyCheck, check_family
 from ..results.winner import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
@@ -229,8 +229,10 @@ def check_shapes(task: Task, best: Winner | TurnRecord, info: RunInfo) -> Family
     except ValidationError:  # a run recorded by another version: its kernel goes in at its verified shapes
         return None
     folder = settings.cache_dir / cache.build_key(code, settings.device, settings.fast_build)
+    # a Triton kernel runs as the run's workers ran it: Triton's cache, its interpreter on the cpu device
+    env = triton_build.worker_env(settings.cache_dir, settings.device) if settings.language == "triton" else None
     return check_family(str(task.path), task.class_name, code, verified_signatures(meta, best.record.eval), settings,
-                        seed=int(info.config.get("seed", 0)), build_dir=str(folder))
+                        seed=int(info.config.get("seed", 0)), build_dir=str(folder), env=env)
 
 
 def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: str | None = None,

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 from kevin_agent.delivery.install import plan_change
-from kevin_agent.delivery.kernel_module import render_kernel_module
+from kevin_agent.delivery.kernel_module import check_shapes, render_kernel_module
 from kevin_agent.model.marks import EXTRACTED_PREFIX, line
 from kevin_agent.model.modelfile import load_model_file
 from kevin_agent.model.worker.guard import KernelSource
@@ -51,7 +51,11 @@ def package(tmp_path_factory):
     info = run_info(task)
     info = info.model_copy(update={"config": {**info.config, "language": "triton"}})
     kernel = pkg / "net_norm_kevin.py"
-    kernel.write_text(render_kernel_module(task, correct(0, 1, 2.0, code=triton_answer()), info, stem="net_norm_kevin"))
+    best = correct(0, 1, 2.0, code=triton_answer())
+    # the family check runs the Triton kernel as the run's workers did: in the interpreter here
+    family = check_shapes(task, best, info)
+    assert family is not None and family.admitted == ["float32[n0,128]"] and not family.failed, family
+    kernel.write_text(render_kernel_module(task, best, info, stem="net_norm_kevin", family=family))
     change = plan_change(load_model_file(pkg / "net.py"), [kernel])
     assert change.new_text and not change.why_not, change.why_not
     (pkg / "net.py").write_text(change.new_text)
