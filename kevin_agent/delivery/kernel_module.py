@@ -20,7 +20,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from ..config import EvalOptions, EvalSettings
-from ..evaluate.toolchain import cache
+from ..evaluate.toolchain import cache, triton_build
 from ..model.family import FamilyCheck, check_family
 from ..results.winner import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
@@ -36,7 +36,7 @@ from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..results.versioned import Versioned, schema_field
 from ..task import Task
 from .hub_layer import mapping_lines
-from .triton_module import triton_lines
+from .triton_module import TritonKernel
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
 CLAIM_SCHEMA = 1
@@ -174,7 +174,7 @@ def header_lines(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: 
         f"    from {stem} import ModelNew",
         f"    model = ModelNew(*init_args)   # instead of {task.class_name}(*init_args)",
         "",
-        *language_of(best.record.code).build_note(device, lazy=extracted_from(task.source) is not None),
+        *LANGUAGES[info.language].build_note(device, lazy=extracted_from(task.source) is not None),
         f"It was verified on the input shapes and dtypes of get_inputs() in {task.path.name}; re-verify before",
         "relying on other shapes.",
     ]
@@ -201,12 +201,8 @@ class CppExtension:
                 "original forward runs, after one warning that says why; KEVIN_KERNELS=0 turns the kernel off."]
 
 
-LANGUAGES: dict[str, KernelLanguage] = {"cpp": CppExtension()}
-"""A kernel module's code in another language (a Triton ``ModelNew``) registers its note here."""
-
-
-def language_of(code: str) -> KernelLanguage:
-    return LANGUAGES["triton"] if "triton" in LANGUAGES and "import triton" in code else LANGUAGES["cpp"]
+LANGUAGES: dict[str, KernelLanguage] = {"cuda": CppExtension(), "triton": TritonKernel()}
+"""Per language of a run (``RunInfo.language``): what its kernel module says of the build."""
 
 
 def _docstring(lines: list[str]) -> str:
@@ -233,8 +229,10 @@ def check_shapes(task: Task, best: Winner | TurnRecord, info: RunInfo) -> Family
     except ValidationError:  # a run recorded by another version: its kernel goes in at its verified shapes
         return None
     folder = settings.cache_dir / cache.build_key(code, settings.device, settings.fast_build)
+    # a Triton kernel runs as the run's workers ran it: Triton's cache, its interpreter on the cpu device
+    env = triton_build.worker_env(settings.cache_dir, settings.device) if settings.language == "triton" else None
     return check_family(str(task.path), task.class_name, code, verified_signatures(meta, best.record.eval), settings,
-                        seed=int(info.config.get("seed", 0)), build_dir=str(folder))
+                        seed=int(info.config.get("seed", 0)), build_dir=str(folder), env=env)
 
 
 def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: str | None = None,
@@ -247,8 +245,6 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
     """
     code = _winner(best).record.code
     lines = header_lines(task, best, info, stem=stem)
-    if info.language == "triton":  # the writer per language: Triton's build note
-        lines = triton_lines(lines, info)
     footer = ""
     body = code if code.endswith("\n") else code + "\n"
     if (meta := extracted_from(task.source)) is not None:
@@ -265,7 +261,7 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
         if family is not None:
             lines += ["", "The shapes it runs at (checked against the original before delivery):",
                       *[f"  {ln}" for ln in family.describe()]]
-        footer = install_footer(env, stem or module_stem(task))
+        footer = install_footer(env, stem or module_stem(task), info.language)
         body = code_literal(code)
     claim = CLAIM_PREFIX + kernel_claim(best, info).model_dump_json() + "\n\n"
     module = _docstring(lines) + claim + body + footer

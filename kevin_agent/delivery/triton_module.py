@@ -1,37 +1,36 @@
 """The delivered module of a Triton kernel: what its header says differently from a CUDA one.
 
 The module itself is written as every kernel module is (``kernel_module``): the header, the claim,
-the verified source unchanged, and for a task extracted from a model the code that installs it. A
-Triton source needs no compiler at import: its kernels compile at their first launch, for the
-argument types and constants of that launch, and Triton caches them; the module needs torch and
-triton alone. This module only rewrites the header's paragraph on how the kernel is built.
+the verified source unchanged, and for a task extracted from a model its code as text with the code
+that installs it (the same guard and custom operator as a CUDA kernel's). A Triton source needs no
+compiler at import: its kernels compile at their first call, for the argument types and constants of
+that call, and Triton caches them; the module needs torch and triton alone. This module only says so
+in the header's paragraph on how the kernel is built.
 """
 
 from __future__ import annotations
 
-from ..results import RunInfo
 
-_BUILD_OPENING = "The inline kernel is compiled on first import"
-
-
-def triton_build_note(device: str) -> list[str]:
-    where = ("a GPU that Triton supports (NVIDIA or AMD)" if device == "cuda"
-             else "Triton's interpreter (TRITON_INTERPRET=1) on the CPU, as it was verified")
-    return [
-        "The Triton kernels are compiled at their first call (@triton.jit, for the argument types and",
-        "constants of that call; @triton.autotune tunes its configs then) and cached by Triton afterwards.",
-        f"The module needs torch and triton alone, and runs on {where}.",
-    ]
+def _where(device: str) -> str:
+    return ("a GPU that Triton supports (NVIDIA or AMD)" if device == "cuda"
+            else "Triton's interpreter (TRITON_INTERPRET=1) on the CPU, as it was verified")
 
 
-def triton_lines(lines: list[str], info: RunInfo) -> list[str]:
-    """``lines`` (a kernel module's header) with the build paragraph said for Triton: the paragraph
-    from its load_inline sentence to the next blank line, where it is; added after them otherwise."""
-    start = next((i for i, line in enumerate(lines) if line.startswith(_BUILD_OPENING)), None)
-    if start is None:
-        return [*lines, "", *triton_build_note(info.device)]
-    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
-    # The paragraph's last sentence (verified shapes) still holds: keep what follows "It was verified".
-    paragraph = " ".join(lines[start:end])
-    kept = paragraph[paragraph.find("It was verified"):] if "It was verified" in paragraph else ""
-    return [*lines[:start], *triton_build_note(info.device), *([kept] if kept else []), *lines[end:]]
+class TritonKernel:
+    """``@triton.jit`` kernels, compiled by Triton at their first launch."""
+
+    def build_note(self, device: str, *, lazy: bool) -> list[str]:
+        if not lazy:
+            return [
+                "The Triton kernels are compiled at their first call (@triton.jit, for the argument types and",
+                "constants of that call; @triton.autotune tunes its configs then) and cached by Triton afterwards.",
+                f"The module needs torch and triton alone, and runs on {_where(device)}.",
+            ]
+        return [
+            "Importing this module imports nothing but torch: the kernel's code (KEVIN_KERNEL_CODE) runs on the",
+            "first call the kernel serves, and Triton compiles its kernels at that call (@triton.jit, for the",
+            "argument types and constants of that call; @triton.autotune tunes its configs then; cached by Triton",
+            f"afterwards). It needs triton, and runs on {_where(device)}.",
+            "Where triton cannot be imported or that first call fails, the original forward runs, after one",
+            "warning that says why; KEVIN_KERNELS=0 turns the kernel off.",
+        ]

@@ -90,9 +90,10 @@ def _guard_code() -> str:
     return "\n".join(kept).strip("\n") + "\n"
 
 
-def install_footer(env: InstallEnvelope, stem: str) -> str:
+def install_footer(env: InstallEnvelope, stem: str, language: str = "cuda") -> str:
     """The code appended after the kernel's: ``install(model, path)``, ``uninstall(model, path)`` and
-    ``kernel_calls(model)``, and ``ModelNew`` made on first use."""
+    ``kernel_calls(model)``, and ``ModelNew`` made on first use (``language``: the kernel's, cuda or
+    triton, which says what building it is)."""
     where = _where(env)
     sigs = ", ".join(env.signatures) or "none"
     envelope_args = (f"signatures=KEVIN_SIGNATURES, device={env.device!r}, "
@@ -111,7 +112,8 @@ def install_footer(env: InstallEnvelope, stem: str) -> str:
         f"KEVIN_SIGNATURES = {env.signatures!r}",
         f"KEVIN_MODULES = {env.paths!r}",
         f"KEVIN_OP = {'kevin::' + stem!r}",
-        f"_KERNEL = KernelSource({stem!r}, {KERNEL_CODE_NAME}, build_dir=os.environ.get(\"TORCH_EXTENSIONS_DIR\"))",
+        f"_KERNEL = KernelSource({stem!r}, {KERNEL_CODE_NAME}, build_dir=os.environ.get(\"TORCH_EXTENSIONS_DIR\")"
+        + (f", language={language!r})" if language != "cuda" else ")"),
         "",
         "",
         "def install(model, path=None):",

@@ -128,8 +128,9 @@ class FamilyCheck(BaseModel):
 
 
 def check_family(task_path: str, class_name: str, code: str, verified: list[str], settings: EvalSettings, *,
-                 seed: int = 0, build_dir: str | None = None) -> FamilyCheck:
-    """Run the kernel against the reference at each verified signature's family, in a worker."""
+                 seed: int = 0, build_dir: str | None = None, env: dict[str, str] | None = None) -> FamilyCheck:
+    """Run the kernel against the reference at each verified signature's family, in a worker (``env``:
+    what the worker needs besides, as a Triton kernel its interpreter on the cpu device)."""
     check = FamilyCheck()
     families = {key: family_of(key) for key in verified}
     wanted = [f for f in families.values() if f is not None]
@@ -139,10 +140,11 @@ def check_family(task_path: str, class_name: str, code: str, verified: list[str]
                "atol": settings.atol, "rtol": settings.rtol,
                "preset": settings.tolerance, "fast_build": settings.fast_build,
                "trials": [t.model_dump() for f in wanted for t in f.trials]}
-        env = scrubbed_env({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else None)
+        extra = {**({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {}), **(env or {})}
         try:
             proc = subprocess.run([sys.executable, "-m", "kevin_agent.model.worker.family"], input=json.dumps(job),
-                                  capture_output=True, text=True, env=env, timeout=settings.run_timeout_s)
+                                  capture_output=True, text=True, env=scrubbed_env(extra or None),
+                                  timeout=settings.run_timeout_s)
             found = [ln for ln in proc.stdout.splitlines() if ln.startswith("kevin-family: ")]
             results = json.loads(found[-1][len("kevin-family: "):]) if found else {}
             if not found:

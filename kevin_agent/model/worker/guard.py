@@ -21,7 +21,9 @@ installed, the checks becoming their guards. Nothing is built on import or insta
 code runs (and its extension builds or loads from the cache) on the first call it would serve. A
 kernel that cannot be built, or a call on a device it was not verified on, runs the original
 forward after one warning that says why; ``KEVIN_KERNELS=0`` in the environment turns every
-installed kernel off.
+installed kernel off. The languages differ only in what building is: a C++/CUDA kernel's code
+builds its extension as it runs; a Triton kernel's compiles at its first launch, so for Triton the
+kernel's first call is part of its build, and a first call that fails is a failed build.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import linecache
 import os
 import re
 import warnings
@@ -119,6 +122,7 @@ def split_signature(key: str) -> list[str]:
 
 _TENSOR = re.compile(r"^(\w+)\[([\w,]*)\](?:@([\d,]+))?$")
 _NOT_A_VALUE = object()
+_FAILED = object()
 
 
 class TensorSpec:
@@ -204,14 +208,19 @@ class KernelSource:
     """The kernel's code (a module defining ``ModelNew``), run on first use, once for every module
     it goes into. Where it cannot run, says why once and stays that way."""
 
-    def __init__(self, name: str, code: str | None = None, *, kernel_class=None, build_dir: str | None = None) -> None:
+    def __init__(self, name: str, code: str | None = None, *, kernel_class=None, build_dir: str | None = None,
+                 language: str = "cuda") -> None:
         self.name = name
         self.code = code
         self.kernel_class = kernel_class
         self.build_dir = build_dir
         """TORCH_EXTENSIONS_DIR when the module was imported: a build made for it is found there."""
+        self.first_call_builds = language == "triton"
+        """Triton compiles a kernel at its first launch: the kernel's first call ends its build."""
         self.error = ""
         self.warned = set()
+        self.built = False
+        """Whether a kernel call has succeeded (for Triton: its kernels compiled)."""
 
     def load(self):
         """``ModelNew``, its code run now where it has not run yet; None where it cannot run."""
@@ -223,18 +232,39 @@ class KernelSource:
                 os.environ["TORCH_EXTENSIONS_DIR"] = self.build_dir
             try:
                 scope = {"__name__": f"{self.name}_kernel"}
-                exec(compile(self.code, f"<kernel of {self.name}>", "exec"), scope)
+                filename = f"<kernel of {self.name}>"
+                # its source found as a file's (Triton's @jit reads its function's source; tracebacks show it)
+                linecache.cache[filename] = (len(self.code), None, self.code.splitlines(keepends=True), filename)
+                exec(compile(self.code, filename, "exec"), scope)
                 if not isinstance(scope.get("ModelNew"), type):
                     raise RuntimeError("the kernel's code defines no class ModelNew")
                 self.kernel_class = scope["ModelNew"]
             except Exception as exc:  # a build failure is as varied as the toolchains it meets
-                lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-                self.error = f"{type(exc).__name__}: {lines[-1] if lines else ''}".strip().rstrip(":")
-                self.warn("build", f"the kernel cannot be built or loaded here ({self.error})")
+                self.failed(exc)
             finally:
                 if saved is None:
                     os.environ.pop("TORCH_EXTENSIONS_DIR", None)
         return self.kernel_class
+
+    def failed(self, exc: Exception) -> None:
+        """The kernel cannot be built or loaded here: say why, once, and stay that way."""
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        self.error = f"{type(exc).__name__}: {lines[-1] if lines else ''}".strip().rstrip(":")
+        self.kernel_class = None
+        self.warn("build", f"the kernel cannot be built or loaded here ({self.error})")
+
+    def first_call(self, call, *args):
+        """``call(*args)``, the kernel's call; where it is the first of a kernel that builds then
+        (Triton), a failure is the build's: said once, and ``_FAILED`` returned."""
+        if not self.first_call_builds or self.built:
+            return call(*args)
+        try:
+            out = call(*args)
+        except Exception as exc:  # Triton's compile errors are as varied as the backends it meets
+            self.failed(exc)
+            return _FAILED
+        self.built = True
+        return out
 
     def warn(self, what: str, why: str) -> None:
         if what not in self.warned:
@@ -404,8 +434,12 @@ class KernelGuard:
                         out = self.op(self.slot, spec, tensors, [getattr(o, leaf) for o, leaf in self.owners])
                         return out[0] if self.single else tuple(out)
                 elif self.kernel is not None or self.ready():
-                    self.kernel_calls += 1
-                    return self.kernel.forward(*values)  # the kernel module has no hooks of its own to run
+                    # the kernel module has no hooks of its own to run
+                    out = self.source.first_call(self.kernel.forward, *values)
+                    if out is not _FAILED:
+                        self.kernel_calls += 1
+                        return out
+                    self.broken = True
         if not compiling:
             self.fallback_calls += 1
         return self.original(*args, **kwargs)
@@ -426,23 +460,26 @@ class KernelGuard:
                 kernel.to(where.device)
             self.pairs = _share(kernel, self.module)
             self.kernel = kernel
-        return self.kernel is not None
+        return self.kernel is not None and not self.broken
 
     def run_kernel(self, spec: int, tensors: list, params: list) -> list:
         """The custom operator's real implementation: the kernel on these tensors and parameters
         (the module's own, unless a compiled graph passes others), or the original forward where
         the kernel cannot run here."""
         values = self.specs[spec].rebuild(tensors)
-        if not self.ready():
+        out = _FAILED
+        if self.ready():
+            current = [getattr(o, leaf) for o, leaf in self.owners]
+            if all(p is c for p, c in zip(params, current)):
+                out = self.source.first_call(self.kernel, *values)
+            else:
+                mine = {self.pairs[n]: p for n, p in zip(self.names, params) if n in self.pairs}
+                out = self.source.first_call(torch.func.functional_call, self.kernel, mine, tuple(values))
+        if out is _FAILED:
+            self.broken = True
             self.fallback_calls += 1
             return _as_list(self._wrapper.call(self.names, params, values), self)
         self.kernel_calls += 1
-        current = [getattr(o, leaf) for o, leaf in self.owners]
-        if all(p is c for p, c in zip(params, current)):
-            out = self.kernel(*values)
-        else:
-            mine = {self.pairs[n]: p for n, p in zip(self.names, params) if n in self.pairs}
-            out = torch.func.functional_call(self.kernel, mine, tuple(values), strict=False)
         return [o.clone() if any(o is t for t in tensors) else o for o in _as_list(out, self)]
 
     def run_original(self, spec: int, tensors: list, params: list) -> list:
