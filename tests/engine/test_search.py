@@ -96,7 +96,8 @@ def test_a_beam_run_continues_the_best_chains_and_records_their_parents(tmp_path
 
 
 def test_beam_width_above_the_trajectories_is_refused(tmp_path):
-    config, task = project(tmp_path, [no_code(0)], trajectories=2, search="beam", beam_width=3)
+    # a script long enough for the run asked for: the beam width is what is refused
+    config, task = project(tmp_path, [no_code(0), no_code(1)], turns=1, trajectories=2, search="beam", beam_width=3)
     with pytest.raises(ConfigError, match="--beam-width 3"):
         run(config, task)
 
