@@ -104,7 +104,7 @@ def test_each_repeated_group_is_one_run_whose_kernel_runs_everywhere(whole):
         assert g["state"] == "kept" and len(g["members"]) == 3
         assert (g["kernel_calls"], g["fallback_calls"]) == (3, 0)  # the original forward ran 0 times
         low, high = g["confirmation"]["ci95"]
-        assert low <= g["speedup"] <= high and g["signatures"] == ["float32[2048,256]"]
+        assert low <= g["speedup"] <= high and g["signatures"] == ["float32[n0,256]"]  # admitted at any row count
     # one whole-model speedup with its interval, the kernels kept on it (not slower beyond the noise);
     # how far it lands from Amdahl's prediction depends on the machine's load, so only that it is given
     low, high = record["measured_interval"]
