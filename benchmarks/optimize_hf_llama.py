@@ -15,7 +15,8 @@ Usage (repository root):
 
 On the GPU the size is the issue's: hidden 4096, sequence 2048, bf16, 4 layers. ``--small`` (the
 default on the CPU) is hidden 256, sequence 128, float32, 2 layers, so the same path runs to
-completion here. ``--out DIR`` gets ``optimize.log``, ``optimize.json`` and ``result.json``.
+completion here; ``LLAMA_HF_HIDDEN``, ``_SEQ``, ``_DTYPE`` and ``_LAYERS`` in the environment override
+either. ``--out DIR`` gets ``optimize.log``, ``optimize.json`` and ``result.json``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def main() -> int:
                                                              "(default on the CPU)")
     parser.add_argument("--mode", choices=["eager", "compile"], default="eager",
                         help="which whole-model measurement decides what is kept (both are shown)")
+    parser.add_argument("--skip-compile", action="store_true",
+                        help="measure the whole model in eager only (torch.compile's two builds take a minute)")
     parser.add_argument("--modules", type=int, default=2)
     parser.add_argument("--confirm-rounds", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=560, help="seconds for the whole optimize")
@@ -69,6 +72,8 @@ def main() -> int:
     small = args.small or args.device != "cuda"
     size = {"LLAMA_HF_HIDDEN": "256" if small else "4096", "LLAMA_HF_SEQ": "128" if small else "2048",
             "LLAMA_HF_DTYPE": "float32" if small else "bfloat16", "LLAMA_HF_LAYERS": "2" if small else "4"}
+    # A size set in the environment wins (fewer layers where device time is short, bf16 on the CPU).
+    size = {k: os.environ.get(k, v) for k, v in size.items()}
     env = {**os.environ, **size, "CI": "true"}
     out = args.out or Path(tempfile.mkdtemp(prefix="kevin-optimize-hf-llama-out-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +88,8 @@ def main() -> int:
     cli = [sys.executable, "-m", "kevin_agent.cli", "optimize", "hf_llama.py", "--device", args.device,
            "--backend", "scripted", "--responses", "responses", "--turns", "1", "--trajectories", "1",
            "--min-speedup", "0", "--confirm-rounds", str(args.confirm_rounds), "--modules", str(args.modules),
-           "--compare-compile", "--mode", args.mode, "--headless", "--json", str(out / "optimize.json")]
+           *([] if args.skip_compile else ["--compare-compile"]), "--mode", args.mode, "--headless",
+           "--json", str(out / "optimize.json")]
     started = time.monotonic()
     with open(out / "optimize.log", "w") as log:
         log.write(f"size {size} on {args.device}; repo {repo}\n$ {' '.join(cli[2:])}\n")
