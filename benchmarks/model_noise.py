@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kevin_agent.delivery.kernel_module import CLAIM_PREFIX, KernelClaim  # noqa: E402
-from kevin_agent.model.delivered import envelope, install_footer  # noqa: E402
+from kevin_agent.model.delivered import envelope, installable  # noqa: E402
 from kevin_agent.model.marks import extracted_from  # noqa: E402
 
 
@@ -66,8 +66,8 @@ def main() -> int:
     code = same_code((work / "task.py").read_text())
     env = envelope(meta, device=args.device, seed=0, verified=[s.key for s in meta.signatures], code=code)
     claim = KernelClaim(speedup=1.0, device=args.device, device_name=args.device).model_dump_json()
-    (work / "same_kevin.py").write_text(f'"""The module\'s own code."""\n{CLAIM_PREFIX}{claim}\n\n{code}'
-                                        f"{install_footer(env, code)}")
+    (work / "same_kevin.py").write_text(f'"""The module\'s own code."""\n{CLAIM_PREFIX}{claim}\n\n'
+                                        f"{installable(env, code, 'same_kevin')}")
     rows = []
     print(f"{args.model.name}: `{' '.join(meta.paths)}` replaced by its own code; e2e --rounds {args.rounds}, "
           f"{args.times} times\n")

@@ -25,10 +25,9 @@ from ..model.family import FamilyCheck, check_family
 from ..results.winner import Winner
 from ..formatting import fmt_confirmed, fmt_graph, fmt_launched, fmt_tolerance
 from ..model.delivered import (
-    code_literal,
     envelope,
-    install_footer,
     install_note,
+    installable,
     verified_signatures,
 )
 from ..model.marks import extracted_from
@@ -36,7 +35,7 @@ from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..results.versioned import Versioned, schema_field
 from ..task import Task
 from .hub_layer import mapping_lines
-from .triton_module import TritonKernel
+from .triton_module import TritonKernel, interpreter_tuning
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
 CLAIM_SCHEMA = 1
@@ -245,7 +244,6 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
     """
     code = _winner(best).record.code
     lines = header_lines(task, best, info, stem=stem)
-    footer = ""
     body = code if code.endswith("\n") else code + "\n"
     if (meta := extracted_from(task.source)) is not None:
         # A task extracted from a model: the module also installs the kernel back into it, and
@@ -261,12 +259,13 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
         if family is not None:
             lines += ["", "The shapes it runs at (checked against the original before delivery):",
                       *[f"  {ln}" for ln in family.describe()]]
-        footer = install_footer(env, stem or module_stem(task), info.language)
-        body = code_literal(code)
+        body = installable(env, code, stem or module_stem(task), info.language)
+    if info.language == "triton":
+        body += interpreter_tuning(code, info.device)
     claim = CLAIM_PREFIX + kernel_claim(best, info).model_dump_json() + "\n\n"
-    module = _docstring(lines) + claim + body + footer
+    module = _docstring(lines) + claim + body
     try:
         compile(module, f"{stem or module_stem(task)}.py", "exec")
     except SyntaxError:
-        module = _comment(lines) + claim + code + footer
+        module = _comment(lines) + claim + body
     return module

@@ -82,12 +82,25 @@ def kernel_source(text: str) -> str | None:
 def _guard_code() -> str:
     """guard.py without its docstring and ``__future__`` import (the kernel's code runs in a scope
     of its own, so no name of the guard's meets one of the kernel's)."""
-    text = GUARD_PATH.read_text(encoding="utf-8")
+    return carried_source(GUARD_PATH)
+
+
+def carried_source(path: Path) -> str:
+    """A module of kevin-opt's that a delivered module carries as its own code: its text without its
+    docstring and ``__future__`` import."""
+    text = path.read_text(encoding="utf-8")
     tree = ast.parse(text)
     lines = text.splitlines()
     start = tree.body[1].lineno if isinstance(tree.body[0], ast.Expr) else tree.body[0].lineno
     kept = [ln for ln in lines[start - 1:] if ln.strip() != "from __future__ import annotations"]
     return "\n".join(kept).strip("\n") + "\n"
+
+
+def installable(env: InstallEnvelope, code: str, stem: str, language: str = "cuda") -> str:
+    """What follows a kernel module's header for a task extracted from a model: the kernel's code
+    as text, then the footer that installs it (``stem``: the module's name, which its custom op is
+    named by)."""
+    return code_literal(code) + install_footer(env, stem, language)
 
 
 def install_footer(env: InstallEnvelope, stem: str, language: str = "cuda") -> str:

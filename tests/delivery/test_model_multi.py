@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kevin_agent.delivery.kernel_module import CLAIM_PREFIX, KernelClaim, read_claim
-from kevin_agent.model.delivered import code_literal, envelope, install_footer
+from kevin_agent.model.delivered import envelope, installable
 from kevin_agent.model.marks import extracted_from, read_envelope
 
 from ..clihelp import kevin
@@ -145,8 +145,7 @@ def delivered(repo: Path, task: str, name: str, code: str, speedup: float = 2.0)
     env = envelope(meta, device="cpu", seed=0, verified=[s.key for s in meta.signatures], code=code)
     claim = KernelClaim(speedup=speedup, device="cpu", device_name="cpu").model_dump_json()
     path = repo / name
-    path.write_text(f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{code_literal(code)}'
-                    f'{install_footer(env, path.stem)}')
+    path.write_text(f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{installable(env, code, path.stem)}')
     return path
 
 

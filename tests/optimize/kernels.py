@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kevin_agent.config import load_config
 from kevin_agent.delivery.kernel_module import CLAIM_PREFIX, KernelClaim
-from kevin_agent.model.delivered import code_literal, envelope, install_footer
+from kevin_agent.model.delivered import envelope, installable
 from kevin_agent.model.marks import extracted_from
 from kevin_agent.optimize import OptimizeSession
 from kevin_agent.results.optimize import GroupRun
@@ -55,8 +55,7 @@ def kernel_module_source(work: Path, repeat: int = 1) -> str:
     meta = extracted_from((work / "layer_stack_layers_norm.py").read_text())
     env = envelope(meta, device="cpu", seed=0, verified=[s.key for s in meta.signatures], code=code)
     claim = KernelClaim(speedup=2.0, device="cpu", device_name="cpu").model_dump_json()
-    return (f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{code_literal(code)}'
-            f'{install_footer(env, Path(KERNEL).stem)}')
+    return f'"""A kernel for {meta.module}."""\n{CLAIM_PREFIX}{claim}\n\n{installable(env, code, Path(KERNEL).stem)}'
 
 
 def kept_session(folder: Path, kernel_source: str, **settings) -> OptimizeSession:
