@@ -314,7 +314,7 @@ EXPECTED_TRITON = {"rmsnorm": ["compile_error", "correct", "correct"], "bias_gel
                    "softmax": ["correct", "correct"]}
 TRITON_CHECK = """
 import importlib.util, json, sys, torch
-from kevin_agent.evaluate.worker.first_call import interpreter_autotune
+from kevin_agent.evaluate.worker.interpreter_tuning import interpreter_autotune
 interpreter_autotune()  # as the workers do: @triton.autotune has no GPU to time its configs on
 task_path, code_path = sys.argv[1:3]
 def load(path, name):

@@ -185,3 +185,38 @@ def test_the_triton_kernels_code_defines_its_jit_kernels_from_text(monkeypatch):
     source = KernelSource("triton_text", triton_answer(), language="triton")
     kernel_class = source.load()
     assert source.error == "" and kernel_class is not None and kernel_class.__name__ == "ModelNew"
+
+
+def test_an_autotuned_kernel_verified_in_the_interpreter_runs_there_as_delivered(tmp_path):
+    """@triton.autotune asks a GPU driver for its benchmarker; the interpreter has none, so the run's
+    workers give it a wall-clock one. The delivered module carries that one where it was verified
+    there, so it runs where it was verified; the same code without it fails at its first call."""
+    text = json.loads((REPO / "examples" / "rmsnorm.triton.jsonl").read_text().splitlines()[2])["text"]
+    code = re.search(r"```python\n(.*?)```", text, re.S)[1]
+    assert "triton.autotune" in code
+    task = load_task(REPO / "examples" / "rmsnorm.py")
+    info = run_info(task)
+    info = info.model_copy(update={"config": {**info.config, "language": "triton"}})
+    (tmp_path / "rmsnorm.py").write_text((REPO / "examples" / "rmsnorm.py").read_text())
+    (tmp_path / "delivered_kevin.py").write_text(render_kernel_module(task, correct(0, 1, 2.0, code=code), info))
+    (tmp_path / "bare_kevin.py").write_text(code)
+    program = textwrap.dedent("""
+        import sys, torch, rmsnorm
+        from {module} import ModelNew
+        torch.manual_seed(0)
+        ref = rmsnorm.Model(64)
+        new = ModelNew(64)
+        new.load_state_dict(ref.state_dict())
+        x = torch.randn(5, 64)
+        torch.testing.assert_close(new(x), ref(x), atol=1e-5, rtol=1e-5)
+        print("same")
+    """)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    ran = {m: subprocess.run([sys.executable, "-c", program.format(module=m)], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300) for m in ("delivered_kevin", "bare_kevin")}
+    assert ran["delivered_kevin"].returncode == 0 and "same" in ran["delivered_kevin"].stdout, \
+        ran["delivered_kevin"].stderr[-2000:]
+    assert ran["bare_kevin"].returncode != 0 and "active drivers" in ran["bare_kevin"].stderr
+    # on the GPU it was verified on, the module is the kernel's code alone
+    on_gpu = render_kernel_module(task, correct(0, 1, 2.0, code=code), info.model_copy(update={"device": "cuda"}))
+    assert "TRITON_INTERPRET" not in on_gpu.split(code)[-1]

@@ -11,38 +11,17 @@ labelled as the interpreter's.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 
 from ...results import Status
 from .correctness import sync
+from .interpreter_tuning import interpreter_autotune
 from .taskcode import describe
 
 INTERPRETER_FLAG = ("timed in Triton's interpreter (TRITON_INTERPRET=1, cpu device): the times are the "
                     "interpreter's, not a compiled kernel's")
-
-
-INTERPRETER_TUNING_CALLS = 3
-
-
-def interpreter_autotune() -> None:
-    """Give ``@triton.autotune`` a benchmarker in Triton's interpreter, which has no GPU driver to ask
-    for one: the median wall time of a few calls of each config. It runs at the first call (the
-    compile stage), never in the timing, and only picks which config the kernel keeps."""
-    from triton.runtime import autotuner
-
-    def bench(kernel_call, quantiles=None, **_):
-        times = []
-        for _ in range(INTERPRETER_TUNING_CALLS):
-            start = time.perf_counter()
-            kernel_call()
-            times.append((time.perf_counter() - start) * 1e3)
-        median = statistics.median(times)
-        return [median, min(times), max(times)] if quantiles else median
-
-    autotuner.Autotuner.do_bench = property(lambda self: self._do_bench or bench)
 
 
 def prepare(settings) -> None:
