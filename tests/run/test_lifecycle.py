@@ -507,7 +507,7 @@ async def test_history_shows_a_live_run_as_running_and_does_not_resume_it(tmp_pa
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.pause()
             table = app.screen.query_one("#runs", DataTable)
-            assert str(table.get_row_at(0)[1]) == "live"
+            assert str(table.get_row_at(0)[2]) == "live"  # id, kind, status
             assert app.screen.run_id == cut.name
             await pilot.press("r")
             await pilot.pause()

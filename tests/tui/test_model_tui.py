@@ -62,8 +62,9 @@ async def test_the_table_at_80x24_and_a_choice(model_dir):
 
 
 def scripted_app(model_dir, **settings):
+    # the example's script holds two answers: a run of more turns is refused before it starts
     config = load_config({"device": "cpu", "backend": "scripted", "responses": EXAMPLES / "mlp_block_act.cpu.jsonl",
-                          **settings})
+                          "turns": 2, **settings})
     return ProfileApp(load_model_file(model_dir / "mlp_block.py"), config, config.eval_settings("cpu"), forwards=2)
 
 

@@ -57,7 +57,8 @@ async def test_the_history_lists_every_kind_by_kind_and_opens_each(tmp_path, siz
         assert not history.detail and app.focused is table
         # A bench: its table.
         await _select(pilot, history, BENCH_ID)
-        assert "| tasks/softmax | failed |" in text_of(app, "#history-other-text")
+        said = text_of(app, "#history-other-text")
+        assert "| tasks/softmax | failed (below) |" in said and "no Model" in said.split("## Failed tasks")[1]
         # A damaged run: listed as damaged, with why; it cannot be resumed, and r says why.
         await _select(pilot, history, DAMAGED_RUN)
         said = text_of(app, "#history-other-text")
