@@ -69,6 +69,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None, help="the scratch repository (default: a temporary folder)")
     args = parser.parse_args()
+    if args.skip_compile and args.mode == "compile":
+        parser.error("--skip-compile leaves nothing to decide by with --mode compile: drop one of them")
     small = args.small or args.device != "cuda"
     size = {"LLAMA_HF_HIDDEN": "256" if small else "4096", "LLAMA_HF_SEQ": "128" if small else "2048",
             "LLAMA_HF_DTYPE": "float32" if small else "bfloat16", "LLAMA_HF_LAYERS": "2" if small else "4"}

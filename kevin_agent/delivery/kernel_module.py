@@ -35,7 +35,7 @@ from ..results import ConfirmedSpeedup, RunInfo, TimingStats, TurnRecord
 from ..results.versioned import Versioned, schema_field
 from ..task import Task
 from .hub_layer import mapping_lines
-from .triton_module import TritonKernel, interpreter_tuning
+from .triton_module import TritonKernel
 
 CLAIM_PREFIX = "# kevin-opt-kernel: "
 CLAIM_SCHEMA = 1
@@ -185,6 +185,10 @@ class KernelLanguage(Protocol):
 
     def build_note(self, device: str, *, lazy: bool) -> list[str]: ...
 
+    def module_tail(self, code: str, device: str) -> str:
+        """What the module ends with for its kernel to run where it was verified ("" for none)."""
+        ...
+
 
 class CppExtension:
     """C++ (or CUDA) compiled by ``torch.utils.cpp_extension.load_inline``."""
@@ -198,6 +202,9 @@ class CppExtension:
                 f"the kernel serves, and load_inline builds it then ({needs}; the build is cached afterwards,",
                 "under TORCH_EXTENSIONS_DIR as it was when the module was imported). Where it cannot be built the",
                 "original forward runs, after one warning that says why; KEVIN_KERNELS=0 turns the kernel off."]
+
+    def module_tail(self, code: str, device: str) -> str:
+        return ""
 
 
 LANGUAGES: dict[str, KernelLanguage] = {"cuda": CppExtension(), "triton": TritonKernel()}
@@ -260,8 +267,7 @@ def render_kernel_module(task: Task, best: Winner | TurnRecord, info: RunInfo, *
             lines += ["", "The shapes it runs at (checked against the original before delivery):",
                       *[f"  {ln}" for ln in family.describe()]]
         body = installable(env, code, stem or module_stem(task), info.language)
-    if info.language == "triton":
-        body += interpreter_tuning(code, info.device)
+    body += LANGUAGES[info.language].module_tail(code, info.device)
     claim = CLAIM_PREFIX + kernel_claim(best, info).model_dump_json() + "\n\n"
     module = _docstring(lines) + claim + body
     try:

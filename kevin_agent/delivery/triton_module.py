@@ -25,6 +25,29 @@ def _where(device: str) -> str:
 class TritonKernel:
     """``@triton.jit`` kernels, compiled by Triton at their first launch."""
 
+    def module_tail(self, code: str, device: str) -> str:
+        """Where the kernel was verified in Triton's interpreter and its code autotunes: the
+        wall-clock benchmarker the run's workers gave ``@triton.autotune`` there (the interpreter has
+        no GPU driver to time configs with), set only under ``TRITON_INTERPRET=1``; nothing otherwise.
+        The kernel's own code stays as it was verified."""
+        if device != "cpu" or "autotune" not in code:
+            return ""
+        return "\n".join([
+            "",
+            "",
+            "# @triton.autotune in Triton's interpreter (TRITON_INTERPRET=1), where this kernel was verified: the",
+            "# interpreter has no GPU driver to time the configs with, so each is timed by the wall clock of a few",
+            "# calls, as the run timed them. Nothing changes on a GPU.",
+            carried_source(TUNING_PATH),
+            "",
+            "if __import__(\"os\").environ.get(\"TRITON_INTERPRET\") == \"1\":",
+            "    try:",
+            "        interpreter_autotune()",
+            "    except ImportError:  # no triton here: the kernel cannot run, and says so at its first call",
+            "        pass",
+            "",
+        ])
+
     def build_note(self, device: str, *, lazy: bool) -> list[str]:
         if not lazy:
             return [
@@ -40,28 +63,3 @@ class TritonKernel:
             "Where triton cannot be imported or that first call fails, the original forward runs, after one",
             "warning that says why; KEVIN_KERNELS=0 turns the kernel off.",
         ]
-
-
-def interpreter_tuning(code: str, device: str) -> str:
-    """The lines a Triton module verified in the interpreter ends with where its code autotunes: the
-    wall-clock benchmarker the run's workers gave ``@triton.autotune`` (the interpreter has no GPU
-    driver to time configs with), set only under ``TRITON_INTERPRET=1``; empty otherwise. The
-    kernel's own code stays as it was verified."""
-    if device != "cpu" or "autotune" not in code:
-        return ""
-    body = "\n".join(f"    {ln}" if ln else "" for ln in carried_source(TUNING_PATH).splitlines())
-    return "\n".join([
-        "",
-        "",
-        "# @triton.autotune in Triton's interpreter (TRITON_INTERPRET=1), where this kernel was verified: the",
-        "# interpreter has no GPU driver to time the configs with, so each is timed by the wall clock of a few",
-        "# calls, as the run timed them. Nothing changes on a GPU.",
-        "if __import__(\"os\").environ.get(\"TRITON_INTERPRET\") == \"1\":",
-        body,
-        "",
-        "    try:",
-        "        interpreter_autotune()",
-        "    except ImportError:  # no triton here: the kernel cannot run, and says so at its first call",
-        "        pass",
-        "",
-    ])

@@ -9,6 +9,7 @@ tool's own process.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -79,12 +80,7 @@ def kernel_source(text: str) -> str | None:
     return None
 
 
-def _guard_code() -> str:
-    """guard.py without its docstring and ``__future__`` import (the kernel's code runs in a scope
-    of its own, so no name of the guard's meets one of the kernel's)."""
-    return carried_source(GUARD_PATH)
-
-
+@functools.cache
 def carried_source(path: Path) -> str:
     """A module of kevin-opt's that a delivered module carries as its own code: its text without its
     docstring and ``__future__`` import."""
@@ -120,7 +116,8 @@ def install_footer(env: InstallEnvelope, stem: str, language: str = "cuda") -> s
         "# every other call runs the module's original forward. The kernel uses the module's own parameters.",
         line(INSTALL_PREFIX, env),
         "",
-        _guard_code(),
+        # the guard (the kernel's code runs in a scope of its own: no name of the guard's meets the kernel's)
+        carried_source(GUARD_PATH),
         "",
         f"KEVIN_SIGNATURES = {env.signatures!r}",
         f"KEVIN_MODULES = {env.paths!r}",
