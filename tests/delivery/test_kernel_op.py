@@ -24,7 +24,7 @@ from kevin_agent.model.family import check_family
 from kevin_agent.model.marks import EXTRACTED_PREFIX, line
 from kevin_agent.model.modelfile import load_model_file
 from kevin_agent.model.records import ExtractedTask, SignatureUse
-from kevin_agent.task import load_task
+from kevin_agent.task import Task, load_task
 
 from ..run_records import correct, run_info
 
@@ -150,27 +150,38 @@ def builds() -> str:
     return os.path.join(root, "test-kernel-op")
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    """root/pkg/net.py with the kernel module beside it, installed by the change `kevin-opt install` writes."""
-    root = tmp_path_factory.mktemp("kernel-op")
+def net_package(root: Path) -> Task:
+    """root/pkg/net.py, a package, and root/net_norm.py, its norm's task as extract writes it."""
     pkg = root / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "net.py").write_text(NET)
     task_path = root / "net_norm.py"
     task_path.write_text(line(EXTRACTED_PREFIX, META) + "\n" + TASK)
-    task = load_task(task_path, class_name="RowNorm")
+    return load_task(task_path, class_name="RowNorm")
+
+
+def install_into_net(root: Path, module_text: str) -> None:
+    """The kernel module beside root/pkg/net.py, installed by the change `kevin-opt install` writes."""
+    pkg = root / "pkg"
     kernel = pkg / "net_norm_kevin.py"
-    # a plain build, as the subprocesses below load it (a run's family check finds the fast build it made)
-    plain = EvalSettings(device="cpu", fast_build=False)
-    family = check_family(str(task_path), "RowNorm", KERNEL, ["float32[64,128]"], plain, build_dir=builds())
-    assert family.admitted == ["float32[n0,128]"], family
-    kernel.write_text(render_kernel_module(task, correct(0, 1, 2.0, code=KERNEL), run_info(task),
-                                           stem="net_norm_kevin", family=family))
+    kernel.write_text(module_text)
     change = plan_change(load_model_file(pkg / "net.py"), [kernel])
     assert change.new_text and not change.why_not, change.why_not
     (pkg / "net.py").write_text(change.new_text)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    """root/pkg/net.py with the kernel module beside it, installed."""
+    root = tmp_path_factory.mktemp("kernel-op")
+    task = net_package(root)
+    # a plain build, as the subprocesses below load it (a run's family check finds the fast build it made)
+    plain = EvalSettings(device="cpu", fast_build=False)
+    family = check_family(str(task.path), "RowNorm", KERNEL, ["float32[64,128]"], plain, build_dir=builds())
+    assert family.admitted == ["float32[n0,128]"], family
+    install_into_net(root, render_kernel_module(task, correct(0, 1, 2.0, code=KERNEL), run_info(task),
+                                                stem="net_norm_kevin", family=family))
     return root
 
 

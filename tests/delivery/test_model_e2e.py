@@ -83,8 +83,11 @@ def test_e2e_speedup_is_what_amdahl_predicts(delivered):
             f"interleaved); Amdahl predicts {result['predicted']:.2f}x" in steps["e2e"].stdout)
     assert "rounds of fresh workers:" not in steps["e2e"].stdout  # no second speedup beside it
     written = json.loads((repo / "e2e_written.json").read_text())
+    # the side without the kernel had it taken out: its outputs are the original forward's, not the
+    # kernel's, and its speedup is nearer the one e2e measures on the model that does not install it
+    # than to 1, where it would be were both sides one model
     assert written["outputs_match"] and written["max_abs_err"] > 0 and written["kernel_calls"] == 1
-    assert written["speedup"] > 1.2  # the side without the kernel had it taken out
+    assert abs(written["speedup"] - result["speedup"]) < abs(written["speedup"] - 1.0), (written, result["speedup"])
 
 
 def _import(path, name):

@@ -16,49 +16,37 @@ import textwrap
 
 import pytest
 
-from kevin_agent.delivery.install import plan_change
 from kevin_agent.delivery.kernel_module import check_shapes, render_kernel_module
-from kevin_agent.model.marks import EXTRACTED_PREFIX, line
-from kevin_agent.model.modelfile import load_model_file
 from kevin_agent.model.worker.guard import KernelSource
 from kevin_agent.task import load_task
 
 from ..clihelp import REPO
 from ..run_records import correct, run_info
-from .test_kernel_op import META, NET, TASK, calls_of
+from .test_kernel_op import calls_of, install_into_net, net_package
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.slow
 
 
-def triton_answer() -> str:
-    """The hand-written Triton RMSNorm of examples/rmsnorm.triton.jsonl that passes (its second turn)."""
-    text = json.loads((REPO / "examples" / "rmsnorm.triton.jsonl").read_text().splitlines()[1])["text"]
+def triton_answer(turn: int = 2) -> str:
+    """A hand-written Triton RMSNorm of examples/rmsnorm.triton.jsonl: its second turn passes, its
+    third passes too, autotuned."""
+    text = json.loads((REPO / "examples" / "rmsnorm.triton.jsonl").read_text().splitlines()[turn - 1])["text"]
     return re.search(r"```python\n(.*?)```", text, re.S)[1]
 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    """root/pkg/net.py with the Triton kernel module beside it, installed by the change `kevin-opt install` writes."""
+    """root/pkg/net.py with the Triton kernel module beside it, installed."""
     root = tmp_path_factory.mktemp("triton-op")
-    pkg = root / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "net.py").write_text(NET)
-    task_path = root / "net_norm.py"
-    task_path.write_text(line(EXTRACTED_PREFIX, META) + "\n" + TASK)
-    task = load_task(task_path, class_name="RowNorm")
+    task = net_package(root)
     info = run_info(task)
     info = info.model_copy(update={"config": {**info.config, "language": "triton"}})
-    kernel = pkg / "net_norm_kevin.py"
     best = correct(0, 1, 2.0, code=triton_answer())
     # the family check runs the Triton kernel as the run's workers did: in the interpreter here
     family = check_shapes(task, best, info)
     assert family is not None and family.admitted == ["float32[n0,128]"] and not family.failed, family
-    kernel.write_text(render_kernel_module(task, best, info, stem="net_norm_kevin", family=family))
-    change = plan_change(load_model_file(pkg / "net.py"), [kernel])
-    assert change.new_text and not change.why_not, change.why_not
-    (pkg / "net.py").write_text(change.new_text)
+    install_into_net(root, render_kernel_module(task, best, info, stem="net_norm_kevin", family=family))
     return root
 
 
@@ -191,8 +179,7 @@ def test_an_autotuned_kernel_verified_in_the_interpreter_runs_there_as_delivered
     """@triton.autotune asks a GPU driver for its benchmarker; the interpreter has none, so the run's
     workers give it a wall-clock one. The delivered module carries that one where it was verified
     there, so it runs where it was verified; the same code without it fails at its first call."""
-    text = json.loads((REPO / "examples" / "rmsnorm.triton.jsonl").read_text().splitlines()[2])["text"]
-    code = re.search(r"```python\n(.*?)```", text, re.S)[1]
+    code = triton_answer(turn=3)
     assert "triton.autotune" in code
     task = load_task(REPO / "examples" / "rmsnorm.py")
     info = run_info(task)
