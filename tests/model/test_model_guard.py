@@ -151,3 +151,62 @@ def test_a_copied_model_runs_the_kernel_on_its_own_weights(net):
     torch.testing.assert_close(got, want)
     assert guard.kernel.weight is twin.scale.weight and guard.kernel_calls == 3
     assert model.scale.forward.kernel_calls == 0
+
+
+class Rotate(nn.Module):
+    """Takes a tuple of tensors by keyword, as transformers' attention takes position_embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8))
+
+    def forward(self, x, position_embeddings=None, scale=1.0):
+        cos, sin = position_embeddings
+        return (x * cos + x.flip(-1) * sin) * self.weight * scale
+
+
+class RotateKernel(nn.Module):
+    calls = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(8))
+
+    def forward(self, x, position_embeddings, scale):
+        RotateKernel.calls += 1
+        cos, sin = position_embeddings
+        return torch.addcmul(x * cos, x.flip(-1), sin) * self.weight * scale
+
+
+class Rotated(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rotate = Rotate()
+
+    def forward(self, x, cos, sin):
+        return self.rotate(x, position_embeddings=(cos, sin)) + self.rotate(x, position_embeddings=(cos, sin[:1]))
+
+
+def test_a_tuple_of_tensors_is_checked_item_by_item_and_reaches_the_kernel_compiled_too():
+    torch.manual_seed(0)
+    model = Rotated().eval()
+    x, cos, sin = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
+    with torch.no_grad():
+        want = model(x, cos, sin)
+    RotateKernel.calls = 0
+    guard = install_kernel(model, "rotate", RotateKernel, [],
+                           signatures=["float32[n0,8], (float32[n0,8], float32[n0,8]), 1.0"], device="cpu",
+                           training=False)
+    assert guard.specs[0].items is not None and guard.specs[0].family
+    with torch.no_grad():
+        got = model(x, cos, sin)
+    # the tuple of matching rows: the kernel; a sin of another row count than x: the original
+    assert (guard.kernel_calls, guard.fallback_calls) == (1, 1) and RotateKernel.calls == 1
+    torch.testing.assert_close(got, want)
+    # compiled whole: the tuple's tensors go through the custom operator, none of the original runs
+    RotateKernel.calls = 0
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, cos, sin), want)
+    assert RotateKernel.calls == 1
+    uninstall_kernel(model, "rotate")

@@ -6,6 +6,7 @@ transformers is a test dependency: kevin-opt itself never imports it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -246,6 +247,32 @@ def test_from_pretrained_in_bfloat16_profiles_and_extracts(tmp_path):
     proc = kevin("extract", "pretrained_llama.py", "--module", norm["members"][0], "-o", "norm_task.py", cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "one task for 5 identical modules" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, head", [
+    ("layers.0", "def forward(self, hidden_states, attention_mask, position_ids, "),
+    ("layers.0.self_attn", "def forward(self, hidden_states, position_embeddings, attention_mask, "),
+])
+def test_a_module_given_a_tuple_of_tensors_by_keyword_is_captured(tmp_path, module, head):
+    # transformers passes position_embeddings, (cos, sin), by keyword to every attention and decoder
+    # layer: the task's forward takes the module's own arguments, the tuple taken apart inside it
+    repo = _project(tmp_path, "tiny_llama_prefill.py")
+    proc = kevin("extract", "tiny_llama_prefill.py", "--module", module, "-o", "task.py", cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "one task for 2 identical modules, by the export capture" in proc.stdout
+    assert "checked bit for bit against each of them" in proc.stdout
+    text = (repo / "task.py").read_text()
+    assert head in text and "position_embeddings_0 = position_embeddings[0]" in text
+    spec = importlib.util.spec_from_file_location("captured_task", repo / "task.py")
+    task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task)
+    inputs = task.get_inputs()
+    cos, sin = next(v for v in inputs if isinstance(v, tuple))
+    assert cos.shape == sin.shape == (1, 16, 16)  # one row of positions, broadcast over the batch
+    with torch.no_grad():
+        out = task.Model(*task.get_init_inputs())(*inputs)
+    assert (out[0] if isinstance(out, tuple) else out).shape == (2, 16, 64)
 
 
 OPTIMIZE = ("--device", "cpu", "--backend", "scripted", "--responses", "responses", "--turns", "1",

@@ -61,6 +61,8 @@ class Calls:
     signatures: dict[str, SignatureCount] = field(default_factory=dict)
     inputs: dict[str, list] = field(default_factory=dict)
     outputs: dict[str, object] = field(default_factory=dict)
+    names: dict[str, list[str]] = field(default_factory=dict)
+    """Per signature, the name each input was passed as (``**kwargs`` entries by their keys)."""
 
     def ordered(self) -> list[SignatureCount]:
         return sorted(self.signatures.values(), key=lambda s: -s.calls)
@@ -69,9 +71,7 @@ class Calls:
         """The calls whose arguments other than tensors are the most frequent signature's: all a
         graph can hold, since it fixes those values (the others stay with the original forward)."""
         fixed = _fixed(self.ordered()[0])
-        keys = [k for k, sig in self.signatures.items() if _fixed(sig) == fixed]
-        return Calls({k: self.signatures[k] for k in keys}, {k: self.inputs[k] for k in keys},
-                     {k: self.outputs[k] for k in keys})
+        return _restricted(self, [k for k, sig in self.signatures.items() if _fixed(sig) == fixed])
 
 
 def merged(members: list[Calls]) -> Calls:
@@ -79,13 +79,14 @@ def merged(members: list[Calls]) -> Calls:
     and outputs (every member is checked on its own)."""
     sigs = merged_signatures([c.ordered() for c in members])
     first = members[0]
-    return Calls({s.key: s for s in sigs if s.key in first.inputs}, dict(first.inputs), dict(first.outputs))
+    return Calls({s.key: s for s in sigs if s.key in first.inputs}, dict(first.inputs), dict(first.outputs),
+                 dict(first.names))
 
 
 def _restricted(calls: Calls, keys) -> Calls:
     keys = [k for k in keys if k in calls.inputs]
     return Calls({k: calls.signatures[k] for k in keys}, {k: calls.inputs[k] for k in keys},
-                 {k: calls.outputs[k] for k in keys})
+                 {k: calls.outputs[k] for k in keys}, {k: calls.names[k] for k in keys if k in calls.names})
 
 
 def _fixed(sig: SignatureCount) -> tuple:
@@ -113,6 +114,7 @@ def record_module(loaded: LoadedModel, paths: list[str]) -> dict[str, Calls]:
             else:
                 mine.signatures[key] = SignatureCount(key=key, calls=1, args=[arg_spec(v) for v in values])
                 mine.inputs[key] = _clone(values)
+                mine.names[key] = bound_names(m.forward, args, kwargs)
 
         def after(m, args, kwargs, out, path=path):
             key = pending[path].pop()
@@ -129,6 +131,26 @@ def record_module(loaded: LoadedModel, paths: list[str]) -> dict[str, Calls]:
         for handle in handles:
             handle.remove()
     return calls
+
+
+def bound_names(forward, args: tuple, kwargs: dict) -> list[str]:
+    """The name of each of ``bound_arguments``' values: the parameter's, a ``**kwargs`` entry's key,
+    ``args_<i>`` for the ``*args`` values; empty where the call does not bind."""
+    try:
+        bound = inspect.signature(forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return []
+    bound.apply_defaults()
+    names = []
+    for name, param in bound.signature.parameters.items():
+        value = bound.arguments.get(name)
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}_{i}" for i in range(len(value or ()))]
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            names += list(value or {})
+        else:
+            names.append(name)
+    return names
 
 
 def _same(got, want) -> str:
@@ -258,7 +280,8 @@ def _strategies(loaded: LoadedModel, module, calls: Calls):
         return *graph_body(fx_graph(module, _concrete_arguments(module, fixed)), module), []
 
     def by_export():
-        return *graph_body(export_graph(module, first, dynamic=len(shapes) > 1), module), []
+        names = fixed.names.get(fixed.ordered()[0].key) or []
+        return *graph_body(export_graph(module, first, dynamic=len(shapes) > 1, names=names), module), []
 
     return [("source", by_source, calls), ("fx", by_fx, fixed), ("export", by_export, fixed)]
 
@@ -301,11 +324,18 @@ def _concrete_arguments(module, calls: Calls) -> dict:
     out = {}
     for i, name in enumerate(names):
         values = [inputs[i] for inputs in calls.inputs.values() if i < len(inputs)]
-        if values and not any(isinstance(v, torch.Tensor) for v in values):
+        # a tuple of tensors (transformers' position_embeddings) is an input like a tensor
+        if values and not any(_holds_tensors(v) for v in values):
             if any(v != values[0] for v in values) or not _literal(values[0]):
                 raise NotCaptured(f"its argument {name} takes values a graph cannot hold fixed")
             out[name] = values[0]
     return out
+
+
+def _holds_tensors(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensors(v) for v in value)
+    return isinstance(value, torch.Tensor)
 
 
 def _literal(value) -> bool:

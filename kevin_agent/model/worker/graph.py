@@ -52,14 +52,70 @@ def fx_graph(module: torch.nn.Module, concrete: dict) -> torch.fx.GraphModule:
     return gm
 
 
-def export_graph(module: torch.nn.Module, args: list, dynamic: bool) -> torch.fx.GraphModule:
-    """``torch.export`` of ``module`` on ``args``, its lifted parameters and buffers put back as
-    attributes of a module that holds them at their paths."""
-    from torch.export import Dim, export
+class _Called(torch.nn.Module):
+    """``module`` called as the model called it, from its inputs in bound order: the first
+    ``positional`` by position, the rest by name (``**kwargs`` entries by their keys). Its forward's
+    signature names the inputs, so that ``torch.export``'s placeholders carry those names."""
 
-    shapes = tuple({d: Dim.AUTO for d in range(a.dim())} if isinstance(a, torch.Tensor) else None for a in args)
+    def __init__(self, module: torch.nn.Module, names: list[str], positional: int) -> None:
+        super().__init__()
+        self.inner = module
+        self.names, self.positional = names, positional
+
+        def forward(*values):
+            return self.inner(*values[:positional], **dict(zip(names[positional:], values[positional:])))
+
+        P = inspect.Parameter
+        forward.__signature__ = inspect.Signature([P(n, P.POSITIONAL_OR_KEYWORD) for n in names])
+        self.forward = forward
+
+
+def _called(module: torch.nn.Module, args: list, names: list[str]) -> _Called:
+    params = list(inspect.signature(module.forward).parameters.values())
+    usable = len(names) == len(args) and len(set(names)) == len(names) and all(
+        n.isidentifier() and n != "self" for n in names)
+    if not usable:  # the call did not bind: its values are passed as they came, by position
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:len(args)]
+        return _Called(module, names + [f"input_{i}" for i in range(len(names), len(args))], len(args))
+    kinds = {p.name: p.kind for p in params}
+    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    by_position = [i for i, n in enumerate(names) if kinds.get(n) is inspect.Parameter.POSITIONAL_ONLY
+                   or (star and n not in kinds and n.startswith(star + "_") and n[len(star) + 1:].isdigit())]
+    # everything up to the last value that must go by position goes by position
+    return _Called(module, names, by_position[-1] + 1 if by_position else 0)
+
+
+def _unpacking(args: list, names: list[str], placeholders: list[str]) -> list[str]:
+    """The lines that take a tuple input's tensors apart, as export's flat placeholders name them."""
+    from torch.utils._pytree import keystr, tree_flatten_with_path
+
+    lines, flat = [], []
+    for name, value in zip(names, args):
+        if isinstance(value, (list, tuple, dict)):
+            flat += [(name + keystr(path), leaf) for path, leaf in tree_flatten_with_path(value)[0]]
+        else:
+            flat.append((name, value))
+    if len(flat) != len(placeholders):
+        raise NotCaptured("its inputs' structure does not match the graph's inputs")
+    for (expr, _), placeholder in zip(flat, placeholders):
+        if expr != placeholder:
+            lines.append(f"{placeholder} = {expr}")
+    return lines
+
+
+def export_graph(module: torch.nn.Module, args: list, dynamic: bool, names: list[str] = ()) -> torch.fx.GraphModule:
+    """``torch.export`` of ``module`` on ``args`` (its bound inputs, passed as ``names`` where the model
+    passed them by name), its lifted parameters and buffers put back as attributes of a module that
+    holds them at their paths."""
+    from torch.export import Dim, export
+    from torch.utils._pytree import tree_map
+
+    called = _called(module, list(args), list(names))
+    shapes = tuple(tree_map(lambda a: {d: Dim.AUTO for d in range(a.dim())} if isinstance(a, torch.Tensor) else None,
+                            a) if isinstance(a, (list, tuple)) else
+                   ({d: Dim.AUTO for d in range(a.dim())} if isinstance(a, torch.Tensor) else None) for a in args)
     try:
-        ep = export(module, tuple(args), strict=False, dynamic_shapes=shapes if dynamic else None)
+        ep = export(called, tuple(args), strict=False, dynamic_shapes=shapes if dynamic else None)
     except Exception as exc:
         raise NotCaptured(f"torch.export cannot capture it: {_construct(exc)}") from None
     sig = ep.graph_signature
@@ -68,21 +124,22 @@ def export_graph(module: torch.nn.Module, args: list, dynamic: bool) -> torch.fx
         raise NotCaptured(f"its forward updates {outputs[0].target} in place (as a BatchNorm in training does)")
     gm = ep.graph_module
     holder = torch.nn.Module()
-    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    state = {**dict(called.named_parameters()), **dict(called.named_buffers())}
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     for spec in sig.input_specs:
         if spec.kind.name == "USER_INPUT":
             continue
         node = placeholders[spec.arg.name]
+        target = spec.target.removeprefix("inner.")  # at its path in the module, not the wrapper's
         if spec.kind.name in ("PARAMETER", "BUFFER"):
-            _attach(holder, spec.target, state[spec.target])
+            _attach(holder, target, state[spec.target])
         else:
             value = ep.constants.get(spec.target)
             if not isinstance(value, torch.Tensor) or value.numel() > SMALL_CONSTANT:
-                raise NotCaptured(f"its graph holds a constant {spec.target} that a task file cannot write")
-            _attach(holder, spec.target, value.clone())
+                raise NotCaptured(f"its graph holds a constant {target} that a task file cannot write")
+            _attach(holder, target, value.clone())
         with gm.graph.inserting_before(node):
-            attr = gm.graph.get_attr(spec.target)
+            attr = gm.graph.get_attr(target)
         node.replace_all_uses_with(attr)
         gm.graph.erase_node(node)
     out = next(n for n in gm.graph.nodes if n.op == "output")
@@ -91,9 +148,12 @@ def export_graph(module: torch.nn.Module, args: list, dynamic: bool) -> torch.fx
         out.args = (out.args[0][0],)
     elif spec.type is not tuple:
         raise NotCaptured(f"its forward returns a {spec.type.__name__}, which the written graph cannot rebuild")
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    unpacking = _unpacking(list(args), called.names, placeholders)
     result = torch.fx.GraphModule(holder, gm.graph)
     result.graph.eliminate_dead_code()
     result.recompile()
+    result.meta["inputs"] = (called.names, unpacking)
     return result
 
 
@@ -128,6 +188,10 @@ def forward_code(gm: torch.fx.GraphModule) -> tuple[list[str], str]:
         line = _FREED.sub("", line.rstrip())
         if line.strip():
             lines.append("    " + _C_NN.sub(_functional, line))
+    if "inputs" in gm.meta:  # an exported graph: the module's inputs, tuples taken apart first
+        names, unpacking = gm.meta["inputs"]
+        lines[0] = f"    def forward(self{''.join(', ' + n for n in names)}):"
+        lines[1:1] = ["        " + line for line in unpacking]
     text = "\n".join(lines)
     imports = {"import torch"}
     for name, value in code.globals.items():

@@ -146,28 +146,82 @@ def _value_spec(text: str):
     return value if value is None or isinstance(value, (bool, int, float, str)) else _NOT_A_VALUE
 
 
+class _Sequence:
+    """A tuple or list argument of a verified signature (transformers' ``position_embeddings``), item by item."""
+
+    def __init__(self, kind: type, items: list) -> None:
+        self.kind, self.items = kind, items
+
+
+def _part_spec(part: str):
+    """One argument's check: a ``TensorSpec``, a ``_Sequence`` of checks, or a plain value."""
+    match = _TENSOR.match(part)
+    dtype = getattr(torch, match[1], None) if match else None
+    if match and isinstance(dtype, torch.dtype):
+        shape = [int(d) if d.isdigit() else d for d in match[2].split(",") if d]
+        strides = tuple(int(s) for s in match[3].split(",")) if match[3] else None
+        return TensorSpec(dtype, shape, strides)
+    if len(part) >= 2 and (part[0], part[-1]) in (("(", ")"), ("[", "]")):
+        items = [_part_spec(p) for p in split_signature(part[1:-1].strip().rstrip(","))] if part[1:-1].strip() else []
+        if any(i is _NOT_A_VALUE for i in items):
+            return _NOT_A_VALUE
+        return _Sequence(tuple if part[0] == "(" else list, items)
+    return _value_spec(part)
+
+
+def _flat_specs(items: list):
+    for spec in items:
+        if isinstance(spec, _Sequence):
+            yield from _flat_specs(spec.items)
+        else:
+            yield spec
+
+
+def _fits(value, spec, sizes: dict) -> bool:
+    if isinstance(spec, TensorSpec):
+        if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or value.dim() != spec.rank:
+            return False
+        for dim, want in enumerate(spec.shape):
+            got = value.shape[dim]
+            if isinstance(want, str):
+                if got < 1 or sizes.setdefault(want, got) != got:
+                    return False
+            elif got != want:
+                return False
+        if spec.strides is None:
+            return value.is_contiguous()
+        return tuple(value.stride()) == spec.strides
+    if isinstance(spec, _Sequence):
+        return type(value) is spec.kind and len(value) == len(spec.items) and all(
+            _fits(v, s, sizes) for v, s in zip(value, spec.items))
+    return not isinstance(value, torch.Tensor) and type(value) is type(spec) and value == spec
+
+
+def _flat_values(values, items: list):
+    for value, spec in zip(values, items):
+        if isinstance(spec, TensorSpec):
+            yield value
+        elif isinstance(spec, _Sequence):
+            yield from _flat_values(value, spec.items)
+
+
+def _rebuilt(items: list, it) -> list:
+    return [next(it) if isinstance(spec, TensorSpec) else spec.kind(_rebuilt(spec.items, it))
+            if isinstance(spec, _Sequence) else spec for spec in items]
+
+
 class CallSpec:
     """A verified signature, read once at install into checks that cost a few attribute reads per
-    call (and that Dynamo turns into guards). A signature of nested arguments is compared as text."""
+    call (and that Dynamo turns into guards). Tuples and lists are checked item by item; a signature
+    holding anything else nested (a dict) is compared as text."""
 
     def __init__(self, key: str) -> None:
         self.key = key
-        self.items: list | None = []
-        for part in split_signature(key):
-            match = _TENSOR.match(part)
-            dtype = getattr(torch, match[1], None) if match else None
-            if match and isinstance(dtype, torch.dtype):
-                shape = [int(d) if d.isdigit() else d for d in match[2].split(",") if d]
-                strides = tuple(int(s) for s in match[3].split(",")) if match[3] else None
-                self.items.append(TensorSpec(dtype, shape, strides))
-                continue
-            value = _value_spec(part)
-            if value is _NOT_A_VALUE:
-                self.items = None
-                break
-            self.items.append(value)
+        self.items: list | None = [_part_spec(part) for part in split_signature(key)]
+        if any(i is _NOT_A_VALUE for i in self.items):
+            self.items = None
         self.family = self.items is not None and any(
-            isinstance(d, str) for t in self.items if isinstance(t, TensorSpec) for d in t.shape)
+            isinstance(d, str) for t in _flat_specs(self.items) if isinstance(t, TensorSpec) for d in t.shape)
 
     def admits(self, values: list) -> bool:
         if self.items is None:
@@ -175,33 +229,14 @@ class CallSpec:
         if len(values) != len(self.items):
             return False
         sizes = {}
-        for value, spec in zip(values, self.items):
-            if isinstance(spec, TensorSpec):
-                if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or value.dim() != spec.rank:
-                    return False
-                for dim, want in enumerate(spec.shape):
-                    got = value.shape[dim]
-                    if isinstance(want, str):
-                        if got < 1 or sizes.setdefault(want, got) != got:
-                            return False
-                    elif got != want:
-                        return False
-                if spec.strides is None:
-                    if not value.is_contiguous():
-                        return False
-                elif tuple(value.stride()) != spec.strides:
-                    return False
-            elif isinstance(value, torch.Tensor) or type(value) is not type(spec) or value != spec:
-                return False
-        return True
+        return all(_fits(value, spec, sizes) for value, spec in zip(values, self.items))
 
     def tensors(self, values: list) -> list:
-        return [v for v, spec in zip(values, self.items) if isinstance(spec, TensorSpec)]
+        return list(_flat_values(values, self.items))
 
     def rebuild(self, tensors: list) -> list:
         """The call's arguments from its tensors (the rest are the signature's own values)."""
-        it = iter(tensors)
-        return [next(it) if isinstance(spec, TensorSpec) else spec for spec in self.items]
+        return _rebuilt(self.items, iter(tensors))
 
 
 class KernelSource:
@@ -389,8 +424,7 @@ class KernelGuard:
             return -1
         for i, spec in enumerate(self.specs):
             if spec.admits(values):
-                tensors = [v for v in values if isinstance(v, torch.Tensor)] if spec.items is not None else [
-                    *_tensors(values)]
+                tensors = spec.tensors(values) if spec.items is not None else [*_tensors(values)]
                 for t in tensors:
                     if t.device.type != self.device:
                         if not compiling:
