@@ -29,6 +29,11 @@ def add_parser(sub, add_run_flags, registry, positive_int) -> None:
     plan.add_argument("--min-saving", type=_fraction, default=None, metavar="F",
                       help="only groups that could save at least this part of the forward (default 0.02: about "
                            "what a whole model's timing moves when nothing changed)")
+    plan.add_argument("--module", dest="named_modules", action="append", default=None, metavar="PATH",
+                      help="give this module's group a kernel: a path as extract --module takes it (layers.0) or a "
+                           "group's name as profile prints it (layers.*); repeat it for more groups. The plan is then "
+                           "exactly the named groups, in the order named: the ranking, --modules and --min-saving do "
+                           "not apply to them")
     plan.add_argument("--timeout", type=float, default=None, metavar="S",
                       help="wall-clock limit of each model worker (profile, extract, whole model), in seconds "
                            "(default 300)")
@@ -119,7 +124,8 @@ def cmd_optimize(args, registry: Registry) -> int:
     session = OptimizeSession.new(args.model_file, config, registry=registry,
                                   modules=args.modules or DEFAULT_MODULES,
                                   min_saving=DEFAULT_MIN_SAVING if args.min_saving is None else args.min_saving,
-                                  replace=args.replace, accept_flagged=args.accept_flagged, timeout_s=args.timeout)
+                                  named_modules=args.named_modules, replace=args.replace,
+                                  accept_flagged=args.accept_flagged, timeout_s=args.timeout)
     note(f"optimize {session.record.optimize_id}: {args.model_file} on {session.config.device}")
     return run_optimize(session, args)
 

@@ -6,6 +6,9 @@ Groups that are one library GEMM, convolution, attention or RNN call are skipped
 kernel is what a kernel at best matches), and so is a group inside one already chosen or holding
 one (its kernel would replace the other's module, or never run).
 
+Groups a person names (``named_modules``, ``optimize --module``) are the plan instead, exactly and in
+the order named (``named``): the ranking, ``modules`` and ``min_saving`` do not apply to them.
+
 ``DEFAULT_MIN_SAVING`` is 2% of the forward: about what a whole model's measured speedup moves
 when nothing changed. ``benchmarks/model_noise.py`` installs a module's own code as its "kernel"
 and measures the whole model with and without it: on a busy shared 2-core CPU (the example stack,
@@ -18,6 +21,9 @@ its own measurement cannot tell from noise, for a run's worth of compute. On a b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from .named import named_groups
 from .ranking import groups_of
 from .records import KernelPlan, ModelProfile, ModuleGroup, SkippedGroup
 from .table import LIBRARY_WORDS
@@ -32,10 +38,14 @@ def _nested(a: str, b: str) -> bool:
     return a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def choose(profile: ModelProfile, *, modules: int = DEFAULT_MODULES,
-           min_saving: float = DEFAULT_MIN_SAVING) -> KernelPlan:
-    """The groups worth a kernel, best first, and why the others near them are not."""
+def choose(profile: ModelProfile, *, modules: int = DEFAULT_MODULES, min_saving: float = DEFAULT_MIN_SAVING,
+           named_modules: Sequence[str] = ()) -> KernelPlan:
+    """The groups worth a kernel, best first, and why the others near them are not; or, where
+    ``named_modules`` are given, their groups in that order (``ModelError`` where one cannot be)."""
     profile = groups_of(profile)
+    if named_modules:
+        return _plan(named_groups(profile, named_modules), modules=modules, min_saving=min_saving,
+                     named_modules=list(named_modules))
     chosen: list[ModuleGroup] = []
     skipped: list[SkippedGroup] = []
     below = 0
@@ -59,12 +69,16 @@ def choose(profile: ModelProfile, *, modules: int = DEFAULT_MODULES,
             skipped.append(SkippedGroup(name=g.name, why=f"past the {modules} groups asked for"))
             continue
         chosen.append(g)
+    return _plan(chosen, skipped=skipped, below=below, modules=modules, min_saving=min_saving)
+
+
+def _plan(chosen: list[ModuleGroup], **fields) -> KernelPlan:
+    """The plan of ``chosen``, with Amdahl's predictions for the whole model."""
     at_floor = 1.0 / max(1e-9, 1.0 - sum(g.saving for g in chosen))
     typical = [min(TYPICAL_SPEEDUP, 1.0 / max(1e-9, 1.0 - g.headroom)) for g in chosen]
     at_typical = 1.0 / max(1e-9, 1.0 - sum(g.share for g in chosen)
                            + sum(g.share / s for g, s in zip(chosen, typical)))
-    return KernelPlan(chosen=chosen, skipped=skipped, below=below, modules=modules, min_saving=min_saving,
-                      at_floor=at_floor, at_typical=at_typical, typical=TYPICAL_SPEEDUP)
+    return KernelPlan(chosen=chosen, at_floor=at_floor, at_typical=at_typical, typical=TYPICAL_SPEEDUP, **fields)
 
 
 def _pct(value: float) -> str:
@@ -77,8 +91,12 @@ def plan_lines(plan: KernelPlan) -> list[str]:
         lines = [f"nothing worth a kernel: no group could save {_pct(plan.min_saving)} of the forward "
                  "(library calls are left to the vendor's kernels)"]
         return lines + [f"  {s.name}: {s.why}" for s in plan.skipped]
-    lines = [f"worth a kernel ({len(plan.chosen)} group{'s' if len(plan.chosen) != 1 else ''}, each could save at "
-             f"least {_pct(plan.min_saving)} of the forward):"]
+    count = f"{len(plan.chosen)} group{'s' if len(plan.chosen) != 1 else ''}"
+    if plan.named_modules:
+        lines = [f"named with --module ({count}, in the order named; the ranking, --modules and --min-saving do "
+                 "not apply):"]
+    else:
+        lines = [f"worth a kernel ({count}, each could save at least {_pct(plan.min_saving)} of the forward):"]
     for i, g in enumerate(plan.chosen, start=1):
         members = f", {len(g.members)} modules, one kernel at each" if len(g.members) > 1 else ""
         lines.append(f"  {i}. {g.name} ({g.class_name}{members}): {_pct(g.share)} of the forward, a kernel "

@@ -304,7 +304,7 @@ class KernelPlan(BaseModel):
     """Which groups of a model are worth a kernel (``choose``), and what the whole model could gain."""
 
     chosen: list[ModuleGroup]
-    """In the order of what a kernel for each could save."""
+    """In the order of what a kernel for each could save, or as named (``named_modules``)."""
     skipped: list[SkippedGroup] = Field(default_factory=list)
     """Groups left out for a reason other than saving too little: library calls, a group inside
     (or holding) a chosen one, the cap on how many."""
@@ -317,3 +317,7 @@ class KernelPlan(BaseModel):
     at_typical: float = 1.0
     """The same with each kernel ``typical`` times faster than its module (at most its floor)."""
     typical: float = 2.0
+    named_modules: list[str] = Field(default_factory=list)
+    """The module paths (or group names) the person named with ``optimize --module``, in order:
+    ``chosen`` is their groups, and the ranking, ``modules`` and ``min_saving`` did not apply
+    (empty: the ranking chose)."""

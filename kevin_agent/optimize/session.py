@@ -63,9 +63,10 @@ class OptimizeSession:
     # --- making one ------------------------------------------------------------------------------
     @classmethod
     def new(cls, model_path: Path, config: RunConfig, *, registry: Registry | None = None, modules: int,
-            min_saving: float, replace: bool = False, accept_flagged: bool = False,
-            timeout_s: float | None = None) -> OptimizeSession:
-        """A new optimize of ``model_path``: the model file checked and its record made (and owned)."""
+            min_saving: float, named_modules: list[str] | None = None, replace: bool = False,
+            accept_flagged: bool = False, timeout_s: float | None = None) -> OptimizeSession:
+        """A new optimize of ``model_path``: the model file checked and its record made (and owned).
+        ``named_modules`` (``--module``) are the plan's groups, in order, instead of the ranking's."""
         registry = registry or build_registry()
         registry.backend_factory(config.backend)  # a mistyped name fails before the profile
         model_file = load_model_file(model_path)
@@ -81,7 +82,7 @@ class OptimizeSession:
         saved = {k: v for k, v in config.model_dump(mode="json").items() if k not in SECRET_SETTINGS}
         record = OptimizeRecord(optimize_id=new_optimize_id(model_file.path.stem), model_file=str(model_file.path),
                                 created_at=now_iso(), device=config.device, config=saved, modules=modules,
-                                min_saving=min_saving)
+                                min_saving=min_saving, named_modules=list(named_modules or []))
         root.mkdir(parents=True, exist_ok=True)
         return cls(OptimizeStore.create(root, record), config, registry, replace=replace,
                    accept_flagged=accept_flagged, timeout_s=timeout_s)
@@ -203,7 +204,14 @@ class OptimizeSession:
         return profile
 
     def _plan(self, profile: ModelProfile, progress: OptimizeProgress) -> bool:
-        plan = choose(profile, modules=self.record.modules, min_saving=self.record.min_saving)
+        try:
+            plan = choose(profile, modules=self.record.modules, min_saving=self.record.min_saving,
+                          named_modules=self.record.named_modules)
+        except KevinError:
+            # A module named that no plan can hold: said once the profile knows the groups, and
+            # nothing kept, as a refused delivery's plan is (no run started: nothing to resume).
+            self._discard = True
+            raise
         self.record.plan = plan_lines(plan)
         self.record.groups = [GroupRun(name=g.name, members=g.members, class_name=g.class_name, share=g.share,
                                        own_saving=g.own_saving, turns=self.config.turns) for g in plan.chosen]

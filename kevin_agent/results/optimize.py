@@ -16,11 +16,11 @@ from pydantic import BaseModel, Field
 from .confirmation import ConfirmedSpeedup
 from .records import E2EResult, Record, schema_field
 
-OPTIMIZE_SCHEMA = 2
+OPTIMIZE_SCHEMA = 3
 """The layout of ``optimize.json``: 2 added how the model file was kept (``model_written``,
-``original``, ``original_commit``) and the whole model's ``measured_interval``; a record of 1 reads
-as one without them."""
-OPTIMIZE_SCHEMAS_READ = frozenset({1, 2})
+``original``, ``original_commit``) and the whole model's ``measured_interval``; 3 added the modules
+the person named (``named_modules``). A record of an earlier layout reads as one without them."""
+OPTIMIZE_SCHEMAS_READ = frozenset({1, 2, 3})
 
 GroupState = Literal["queued", "extracting", "running", "verified", "kept", "dropped", "skipped", "failed",
                      "no kernel"]
@@ -102,6 +102,10 @@ class OptimizeRecord(Record):
     """The run settings every module run gets (secrets left out)."""
     modules: int
     min_saving: float
+    named_modules: list[str] = Field(default_factory=list)
+    """The modules named with ``--module``, in order: the plan is their groups, and ``modules`` and
+    ``min_saving`` do not apply (empty: the profile's ranking chose). Kept so that a resumed
+    optimize interrupted before its plan makes the same one."""
     plan: list[str] = Field(default_factory=list)
     """The plan in words, as it was printed before the first run."""
     forward_ms: float | None = None
