@@ -8,7 +8,8 @@ the ranking picks (a group with no script fails in its first seconds with the re
 go on). ``--kernels layer`` (the default): the whole decoder layer, named with ``--module layers.0``
 (the four layers one group), from benchmarks/tasks/llama_decoder_layer_{cuda,cpu}.py: its norms,
 rotary embedding, SiLU gate and residual adds fused around cuBLAS's GEMMs and flash attention, as
-Inductor fuses them.
+Inductor fuses them; and the norm kernel at the final norm (``--module norm``: the norm group less
+the members inside the layers).
 
 Printed from that one optimize: each group's share, its kernel's speedup on its task and in the
 model; the whole model in eager and under torch.compile, each without and with the kernels, side by
@@ -114,7 +115,8 @@ def main() -> int:
     cli = [sys.executable, "-m", "kevin_agent.cli", "optimize", "hf_llama.py", "--device", args.device,
            "--backend", "scripted", "--responses", "responses", "--turns", "1", "--trajectories", "1",
            "--min-speedup", "0", "--confirm-rounds", str(args.confirm_rounds),
-           *(["--module", "layers.0"] if args.kernels == "layer" else ["--modules", str(args.modules)]),
+           *(["--module", "layers.0", "--module", "norm"] if args.kernels == "layer"
+             else ["--modules", str(args.modules)]),
            *([] if args.skip_compile else ["--compare-compile"]), "--mode", args.mode, "--headless",
            "--json", str(out / "optimize.json")]
     started = time.monotonic()

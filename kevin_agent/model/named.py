@@ -6,7 +6,9 @@ names the group the profile put that module in, all its members. What no plan ca
 here, after the profile (which alone knows the groups) and before anything runs: a path that is no
 module the forward calls, two names whose groups are one or nest (one kernel would replace the
 other's module, or never run), and a group that is one library call (the vendor's kernel is what a
-kernel at best matches).
+kernel at best matches). A group only partly inside another named one keeps its members outside it:
+``--module layers.0 --module norm`` on a transformers LLaMA is the decoder layers' kernel and the norm
+kernel at the final norm alone (the layers' own norms are inside the layers' kernel).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 from collections.abc import Sequence
 
 from .modelfile import ModelError
+from .groups import group_name
 from .records import ModelProfile, ModuleGroup
 from .table import LIBRARY_WORDS
 
@@ -72,8 +75,9 @@ def named_groups(profile: ModelProfile, given: Sequence[str]) -> list[ModuleGrou
             if other.name == group.name:
                 raise ModelError(f"--module {earlier} and --module {name} are one group, {group.name}: its one "
                                  "kernel goes into every member", "name it once")
-            inside = any(a.startswith(b + ".") for a in group.members for b in other.members)
-            if inside or any(b.startswith(a + ".") for a in group.members for b in other.members):
+            inside = all(_within(a, other.members) for a in group.members)
+            if inside or all(_within(b, group.members) for b in other.members) or \
+                    _within(_path_part(name), other.members) or _within(_path_part(earlier), group.members):
                 (inner, part), (outer, whole) = ((group, name), (other, earlier)) if inside else \
                     ((other, earlier), (group, name))
                 raise ModelError(f"--module {earlier} and --module {name} nest: {inner.name} is inside "
@@ -81,4 +85,25 @@ def named_groups(profile: ModelProfile, given: Sequence[str]) -> list[ModuleGrou
                                  f"name one of them: --module {whole} for the whole, or --module {part} for "
                                  "the part")
         chosen.append((name, group))
-    return [g for _, g in chosen]
+    groups = [g for _, g in chosen]
+    return [_narrowed(g, [m for m in g.members if not any(_within(m, o.members) for o in groups if o is not g)])
+            for g in groups]
+
+
+def _within(path: str, members: list[str]) -> bool:
+    return any(path.startswith(m + ".") for m in members)
+
+
+def _narrowed(group: ModuleGroup, kept: list[str]) -> ModuleGroup:
+    """``group`` with only the members ``kept`` (its members being alike, each its equal part of the
+    times, shares and calls)."""
+    if len(kept) == len(group.members):
+        return group
+    part = len(kept) / len(group.members)
+    share = group.share * part
+    return group.model_copy(update={
+        "name": group_name(kept), "members": kept, "calls": group.calls * part,
+        "signatures": [s.model_copy(update={"calls": max(1, round(s.calls * part))}) for s in group.signatures],
+        "time_ms": group.time_ms * part, "share": share, "amdahl": 1.0 / max(1e-9, 1.0 - share),
+        "library_ms": group.library_ms * part, "floor_ms": group.floor_ms * part, "saving": group.saving * part,
+        "own_saving": group.own_saving * part})

@@ -22,7 +22,7 @@ from kevin_agent.store.optimizes import OPTIMIZE_JSON, read_record
 
 from ..clihelp import kevin
 from ..conftest import EXAMPLES
-from ..model.test_model_groups import mixed_profile
+from ..model.test_model_groups import mixed_profile, same
 from ..model.test_model_ranking import module, profile
 
 
@@ -129,3 +129,23 @@ def test_a_resumed_optimize_plans_the_modules_it_was_given(tmp_path):
     older["schema"] = 2
     (session.store.dir / OPTIMIZE_JSON).write_text(json.dumps(older))
     assert read_record(session.store.dir).named_modules == []
+
+
+def test_a_group_partly_inside_a_named_one_keeps_its_members_outside_it():
+    # a transformers LLaMA's shape: the norms are one group, two in each layer and one after them all
+    ranked = rank(profile(
+        module("", 100.0, children=["layers.0", "layers.1", "norm"], cls="Net"),
+        *[same(f"layers.{i}", 40.0, identity="layer", cls="Layer", children=[f"layers.{i}.norm"]) for i in range(2)],
+        *[same(p, 6.0, identity="norm", cls="Norm") for p in ("layers.0.norm", "layers.1.norm", "norm")],
+    ))
+    assert choose(ranked, named_modules=["norm"]).chosen[0].members == ["layers.0.norm", "layers.1.norm", "norm"]
+    layers, norm = choose(ranked, named_modules=["layers.0", "norm"]).chosen
+    assert layers.members == ["layers.0", "layers.1"]
+    # the final norm alone: the layers' norms run inside the layers' kernel
+    assert norm.name == "norm" and norm.members == ["norm"] and norm.calls == pytest.approx(1)
+    assert norm.share == pytest.approx(choose(ranked, named_modules=["norm"]).chosen[0].share / 3)
+    # the same in the other order; a name that is itself inside the other's group is still refused
+    assert [g.members for g in choose(ranked, named_modules=["norm", "layers.0"]).chosen] == [["norm"],
+                                                                                          ["layers.0", "layers.1"]]
+    with pytest.raises(ModelError, match="nest"):
+        choose(ranked, named_modules=["layers.0", "layers.1.norm"])
