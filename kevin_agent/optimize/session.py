@@ -240,7 +240,10 @@ class OptimizeSession:
             if task.error:
                 g.state, g.why = "skipped", f"cannot be captured as a task: {task.error}"
             else:
-                target = self.store.tasks / default_task_path(model_file, task.members or g.members).name
+                # named for the members the plan installs it at (a group narrowed around a named one
+                # is checked against all its alike modules, but delivered at its own)
+                kept = [m for m in (task.members or g.members) if m in g.members] or task.members or g.members
+                target = self.store.tasks / default_task_path(model_file, kept).name
                 target.write_text(task.source, encoding="utf-8")
                 g.task_file, g.state = str(target), "queued"
             self.save(progress, g)

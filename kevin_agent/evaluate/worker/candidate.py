@@ -22,7 +22,7 @@ from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_a
                           compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import GRAPH_MAX_OUTPUT_BYTES, graph_column
 from ..memory import graph_output_budget, timing_placements
-from .guards import Integrity, audit_ops
+from .guards import Integrity, audit_ops, refused_ops
 from ..jobs import Job, WorkerReply
 from ..plausibility import bandwidth, implausibility, reached, roofline, runtime_floor
 from ..reference import MAX_SIGNATURES, TIMED_SIGNATURES, signature_rounds, signature_set
@@ -154,9 +154,9 @@ def _trial(settings: EvalSettings, trials: Trials, cand, name: str, outcome: Out
                      poison_bytes=trials.poison_bytes(), poison_unit=trials.poison_unit())
 
 
-def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity) -> None:
-    """The correctness trials and the operator audit, on the sets of ``trials``; raises
-    ``Mismatch`` or ``RuleBroken``."""
+def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity, ref) -> None:
+    """The correctness trials and the operator audit (``ref``: the reference, whose own library calls
+    the candidate may make), on the sets of ``trials``; raises ``Mismatch`` or ``RuleBroken``."""
     s, device = settings, settings.device
     previous = None
     for i in range(s.correctness_trials):
@@ -185,27 +185,43 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
         outcome.trials_passed += 1
     check_integrity(integrity, "during the correctness trials")
     if s.op_audit:
-        computing = audit_ops(cand, trials.draw("audit"))
+        audited = trials.draw("audit")
+        computing = audit_ops(cand, audited)
         sync(device)
+        refused = refused_ops(computing, audit_ops(ref, trials.draw("audit"))) if computing else []
+        beyond = " (beyond the library calls the reference makes itself)" if len(refused) < len(computing) else ""
+        computing = refused
         if computing:
-            raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators: "
+            raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators{beyond}: "
                              f"{', '.join(computing[:8])}; compute the result in your own kernel")
         check_integrity(integrity, "during the operator audit")
 
 
 def _rewritten(timed_inputs: list, fresh: list) -> bool:
-    """Write ``fresh`` into ``timed_inputs`` where every tensor matches in shape and dtype (False
-    when they do not: sets of other shapes). A function of its own so that no loop variable
-    outlives it holding a set's tensor."""
-    if len(fresh) != len(timed_inputs) or not all(
-            not isinstance(f, torch.Tensor) or (isinstance(t, torch.Tensor) and t.shape == f.shape and t.dtype == f.dtype)
-            for t, f in zip(timed_inputs, fresh)):
+    """Write ``fresh`` into ``timed_inputs`` where every tensor matches in shape and dtype, tuples and
+    lists of tensors item by item (False when they do not: sets of other shapes). A function of its
+    own so that no loop variable outlives it holding a set's tensor."""
+    pairs = list(_paired(timed_inputs, fresh))
+    if not all(t is not None for t, _ in pairs):
         return False
     with torch.no_grad():
-        for t, f in zip(timed_inputs, fresh):
-            if isinstance(t, torch.Tensor):
-                t.copy_(f)
+        for t, f in pairs:
+            t.copy_(f)
     return True
+
+
+def _paired(timed, fresh):
+    """(timed tensor, fresh tensor) for every tensor of ``fresh``; (None, f) where ``timed`` has no
+    tensor of that shape and dtype there."""
+    if isinstance(fresh, torch.Tensor):
+        ok = isinstance(timed, torch.Tensor) and timed.shape == fresh.shape and timed.dtype == fresh.dtype
+        yield (timed if ok else None), fresh
+    elif isinstance(fresh, (list, tuple)):
+        if not isinstance(timed, (list, tuple)) or len(timed) != len(fresh):
+            yield None, fresh
+            return
+        for t, f in zip(timed, fresh):
+            yield from _paired(t, f)
 
 
 def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome) -> int:
@@ -328,7 +344,7 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
                     integrity: Integrity) -> WorkerReply:
     s, device = job.settings, job.settings.device
     enter(Stage.CORRECTNESS)
-    check_trials(s, trials, cand, outcome, integrity)
+    check_trials(s, trials, cand, outcome, integrity, ref)
 
     # Candidate and eager reference back to back in this process, so that drift of the clocks
     # or the temperature between them cannot flatter either.

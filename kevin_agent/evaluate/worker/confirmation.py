@@ -178,7 +178,7 @@ class Confirming:
         kernel.model = new_model(module, self.task, self.job, self.ref)  # _guarded checks the integrity
 
     def _check(self, kernel: Kernel) -> None:
-        check_trials(self.s, self.trials, kernel.model, kernel.outcome, self.integrity)
+        check_trials(self.s, self.trials, kernel.model, kernel.outcome, self.integrity, self.ref)
 
     def verify(self) -> None:
         for kernel in self.kernels:

@@ -11,7 +11,11 @@ the synchronisation or the comparison changes what is measured.
 ``OpAudit`` runs the candidate once under a ``TorchDispatchMode`` that sees every PyTorch
 operator called while it runs, from Python or from the extension's C++ code alike, and
 lists the ones that compute (anything but allocation, views, copies and fills). Operators
-of other namespaces (a kernel registered with ``TORCH_LIBRARY``) are the candidate's own.
+of other namespaces (a kernel registered with ``TORCH_LIBRARY``) are the candidate's own. A vendor
+library call the reference makes itself (a GEMM, attention, a convolution: ``LIBRARY_OPS``) is the
+candidate's to make too: a kernel for a whole transformer layer keeps cuBLAS's GEMMs and flash
+attention, which a hand-written kernel at best matches, and earns its speedup from the rest; calling
+the library for what the reference computes some other way is still refused.
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ ALLOWED_OPS = set(
     "unfold movedim swapaxes swapdims numpy_T matrix_H mT".split()
 )
 _AUDITED_NAMESPACES = ("aten", "prims")
+
+LIBRARY_OPS = {
+    "GEMM": set("mm addmm bmm baddbmm addbmm mv addmv dot vdot matmul linear _addmm_activation _int_mm "
+                "_scaled_mm".split()),
+    "attention": set("scaled_dot_product_attention _scaled_dot_product_flash_attention "
+                     "_scaled_dot_product_flash_attention_for_cpu _scaled_dot_product_efficient_attention "
+                     "_scaled_dot_product_cudnn_attention _scaled_dot_product_fused_attention_overrideable "
+                     "_flash_attention_forward _efficient_attention_forward".split()),
+    "convolution": set("convolution _convolution _convolution_mode conv1d conv2d conv3d cudnn_convolution "
+                       "miopen_convolution mkldnn_convolution convolution_overrideable _slow_conv2d_forward "
+                       "slow_conv3d_forward _nnpack_spatial_convolution cudnn_convolution_transpose "
+                       "slow_conv_transpose2d slow_conv_transpose3d".split()),
+}
+"""Vendor library operators by kind, as the dispatcher names them below ``F.linear`` and ``F.sdpa``."""
 
 _GUARDED_MODULES = ("torch", "torch._C", "torch.cuda", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension",
                     "time", "statistics", "builtins", "kevin_agent.evaluate.worker.correctness",
@@ -109,6 +127,14 @@ class OpAudit(TorchDispatchMode):
                 and base not in ALLOWED_OPS and f"{namespace}::{base}" not in self.computing:
             self.computing.append(f"{namespace}::{base}")
         return func(*args, **(kwargs or {}))
+
+
+def refused_ops(candidate_ops: list[str], reference_ops: list[str]) -> list[str]:
+    """The candidate's computing operators less the library ones it may call: every operator of each
+    kind (GEMM, attention, convolution) that the reference's own operators include."""
+    bases = {op.split("::")[-1] for op in reference_ops}
+    allowed = {op for kind in LIBRARY_OPS.values() if kind & bases for op in kind}
+    return [op for op in candidate_ops if op.split("::")[-1] not in allowed]
 
 
 def audit_ops(fn, args) -> list[str]:
