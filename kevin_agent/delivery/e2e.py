@@ -216,7 +216,9 @@ def _compiled_fields(runs: list[E2ERun]) -> dict:
             "compiled_kernel_ms": min(r.compiled_kernel_ms for r in timed),
             "compiled_speedup": statistics.median(r.compiled_speedup for r in timed),
             "eager_over_compiled": statistics.median(r.eager_over_compiled for r in timed),
-            "compiled_outputs_match": bad is None, "compiled_mismatch": bad.compiled_mismatch if bad else ""}
+            "compiled_outputs_match": bad is None, "compiled_mismatch": bad.compiled_mismatch if bad else "",
+            "compiled_kernel_calls": min((r.compiled_kernel_calls for r in timed if r.compiled_kernel_calls is not None),
+                                         default=None)}
 
 
 def _run(job: dict, model_file: ModelFile, limit: float):

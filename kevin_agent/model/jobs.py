@@ -119,6 +119,9 @@ class E2ERun(BaseModel):
     one with them (at least 1: the kernels in eager are as fast as Inductor without them)."""
     compiled_match: bool = True
     """compiled: its outputs with the kernels match its own without them."""
+    compiled_kernel_calls: float | None = None
+    """compiled: calls per forward that ran a kernel in the compiled graph (the others' arguments, as
+    the model passes them while traced, are not ones their kernels were verified at)."""
     compiled_mismatch: str = ""
     compile_error: str = ""
     """compiled: why the model does not compile (then it is timed in eager alone)."""

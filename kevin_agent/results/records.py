@@ -389,6 +389,9 @@ class E2EResult(Record):
     kernels in eager are as fast as what Inductor makes of the model alone)."""
     compiled_outputs_match: bool | None = None
     compiled_mismatch: str = ""
+    compiled_kernel_calls: float | None = None
+    """Under torch.compile: calls per forward that ran a kernel (``kernel_calls`` in eager); fewer where
+    the model, traced, passes its modules arguments their kernels were not verified at."""
     compile_error: str = ""
     """Why the model does not compile (then it is measured in eager alone)."""
 

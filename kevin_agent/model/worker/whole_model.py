@@ -139,6 +139,10 @@ def _float32_forward(loaded: LoadedModel):
             torch.cuda.empty_cache()
 
 
+def _kernel_calls(guards: Guards) -> int:
+    return sum(g.kernel_calls for mine in guards for _, g in mine)
+
+
 def _compiled(loaded: LoadedModel, guards: Guards, every: list[bool]) -> tuple[object, list, str]:
     """The model under ``torch.compile``, called once without the kernels and once with them (each
     compiles then), and the leaves of its outputs without them (what it gives with them is compared
@@ -206,7 +210,9 @@ def run(job: ModelJob, parent) -> E2ERun:
         parent.note("compiling")
         compiled, plain, result.compile_error = _compiled(loaded, guards, every)
         if compiled is not None:
+            before = _kernel_calls(guards)
             result.compiled_match, result.compiled_mismatch, _ = _matches(loaded, plain, s, compiled, truth)
+            result.compiled_kernel_calls = _kernel_calls(guards) - before
     parent.note("timing")
     variants = [[False] * n, every] + ([[j != i for j in range(n)] for i in range(n)] if n > 1 else [])
     fns = [_variant(loaded, guards, on, every) for on in variants]
