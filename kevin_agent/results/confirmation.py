@@ -52,6 +52,9 @@ class Confirmed(BaseModel):
     trials_passed: int = 0
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    rounding: str = ""
+    """Outputs beyond the tolerance that were as near the reference in float32 as the reference's own
+    low-precision outputs are (accepted, and said so): the leaf furthest off, in words."""
     implausible: bool = False
     """Its median time over the rounds beat the physical floor (see ``EvalResult.implausible``)."""
     floor: RuntimeFloor | None = None

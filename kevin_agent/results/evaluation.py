@@ -244,6 +244,9 @@ class Correctness(BaseModel):
     trials_passed: int = 0
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    rounding: str = ""
+    """Outputs beyond the tolerance that were as near the reference in float32 as the reference's own
+    low-precision outputs are (accepted, and said so): the leaf furthest off, in words."""
     atol: float | None = None
     rtol: float | None = None
     tolerance: str | None = None

@@ -7,6 +7,7 @@ loaded (``trials.Trials``); the candidate is the first model code this process r
 
 from __future__ import annotations
 
+import copy
 import platform
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ from ..toolchain.cache import cpu_name
 from . import meter
 from .first_call import INTERPRETER_FLAG, first_call
 from .correctness import (Mismatch, Outcome, check_digests_unchanged, check_no_alias, check_plain_tensors,
-                          compare, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
+                          LOW_PRECISION, judged, leaves, nbytes_of, poisoned_memory, run_trial, same_values, sync)
 from .graphs import GRAPH_MAX_OUTPUT_BYTES, graph_column
 from ..memory import graph_output_budget, timing_placements
 from .guards import Integrity, audit_ops, refused_ops
@@ -146,25 +147,60 @@ def _answer(trials: Trials, name: str):
     return lambda *inputs: trials.expected(name, inputs)
 
 
-def _trial(settings: EvalSettings, trials: Trials, cand, name: str, outcome: Outcome):
-    """``run_trial`` on set ``name`` of ``trials``, each run on a fresh copy of it."""
+class Float32Reference:
+    """The reference in float32, made on first need (a copy of its weights, TF32 off), on inputs cast
+    to float32: the second opinion ``judged`` asks where bf16 or fp16 outputs differ beyond the
+    tolerance. None where the copy cannot be made (too large to hold twice): no second opinion."""
+
+    def __init__(self, ref) -> None:
+        self.ref, self.copy, self.failed = ref, None, False
+
+    def __call__(self, inputs):
+        if self.copy is None and not self.failed:
+            try:
+                self.copy = copy.deepcopy(self.ref).float()
+            except Exception:  # out of memory, or a module that cannot be copied: no second opinion
+                self.failed = True
+        if self.copy is None:
+            return None
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            with torch.no_grad():
+                return self.copy(*_wide(inputs))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _wide(value):
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype in LOW_PRECISION else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_wide(v) for v in value)
+    return value
+
+
+def _trial(settings: EvalSettings, trials: Trials, cand, name: str, outcome: Outcome, truth=None):
+    """``run_trial`` on set ``name`` of ``trials``, each run on a fresh copy of it (``truth``: the
+    reference in float32, asked where low-precision outputs differ beyond the tolerance)."""
     s = settings
     return run_trial(cand, _answer(trials, name), lambda: trials.draw(name), trials.digests(name),
                      device=s.device, atol=s.atol, rtol=s.rtol, preset=s.tolerance, outcome=outcome,
-                     poison_bytes=trials.poison_bytes(), poison_unit=trials.poison_unit())
+                     poison_bytes=trials.poison_bytes(), poison_unit=trials.poison_unit(), truth=truth)
 
 
 def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome, integrity: Integrity, ref) -> None:
     """The correctness trials and the operator audit (``ref``: the reference, whose own library calls
     the candidate may make), on the sets of ``trials``; raises ``Mismatch`` or ``RuleBroken``."""
     s, device = settings, settings.device
+    truth = Float32Reference(ref) if ref is not None else None
     previous = None
     for i in range(s.correctness_trials):
         name = f"trial-{i + 1}"
         which = trials.input_set(name)
         outcome.trials += 1
         try:
-            got, want = _trial(s, trials, cand, name, outcome)
+            got, want = _trial(s, trials, cand, name, outcome, truth)
         except Mismatch as exc:
             raise Mismatch(f"trial {i + 1} of {s.correctness_trials} (seed {which.seed}, "
                            f"{which.distribution} inputs): {exc}") from None
@@ -178,7 +214,7 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
         # another is not verified.
         outcome.trials += 1
         try:
-            _trial(s, trials, cand, signature_set(j), outcome)
+            _trial(s, trials, cand, signature_set(j), outcome, truth)
         except Mismatch as exc:
             raise Mismatch(f"at input signature {j} of {len(trials.meta.signatures)} "
                            f"({', '.join(entry.inputs)}, {entry.count} calls per forward): {exc}") from None
@@ -224,13 +260,14 @@ def _paired(timed, fresh):
             yield from _paired(t, f)
 
 
-def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome) -> int:
+def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, outcome: Outcome, ref=None) -> int:
     """The re-check after timing: new values written into the very tensors the candidate was
     timed on (an answer cached by address goes stale), then one more ordinary trial. Raises
     ``Mismatch``; returns the bytes one call reads and writes (its inputs and output), for the
     physical floor. Empties ``timed_inputs`` before the ordinary trial, so that the trial has the
     room a trial is planned with: the caller must hold no other reference to its tensors."""
     s, device = settings, settings.device
+    truth = Float32Reference(ref) if ref is not None else None
     fresh = trials.draw("recheck")
     inputs = timed_inputs if _rewritten(timed_inputs, fresh) else fresh  # sets of other shapes: their own
     del fresh
@@ -242,11 +279,11 @@ def recheck(settings: EvalSettings, trials: Trials, cand, timed_inputs: list, ou
             check_digests_unchanged(inputs, trials.digests("recheck"))
             check_no_alias(got, inputs)
             want = trials.expected("recheck", inputs)
-        compare(got, want, s.atol, s.rtol, outcome, s.tolerance)
+        judged(got, want, inputs, truth, s.atol, s.rtol, outcome, s.tolerance)
         moved = nbytes_of(inputs) + nbytes_of([got])
         del got, want, inputs
         timed_inputs.clear()
-        _trial(s, trials, cand, "recheck-trial", outcome)
+        _trial(s, trials, cand, "recheck-trial", outcome, truth)
     except Mismatch as exc:
         raise Mismatch(f"re-check after timing failed: {exc}") from None
     return moved
@@ -366,7 +403,7 @@ def _check_and_time(job: Job, trials: Trials, ref, cand, outcome: Outcome, enter
     compiled = trials.compiled
     if s.compare_compile and compiled is None:
         flags.append(compile_failed(trials.meta.compile_error))
-    moved = recheck(s, trials, cand, timing_inputs, outcome)  # empties timing_inputs
+    moved = recheck(s, trials, cand, timing_inputs, outcome, ref)  # empties timing_inputs
 
     speedup = speedup_of(ref_runs, runs)
     signatures, weighted = signature_columns(s, trials, timer, cand, ref, runtime, reference, speedup)

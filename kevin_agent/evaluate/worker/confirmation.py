@@ -258,7 +258,7 @@ class Confirming:
         """The checks after timing. The verdict carries what was verified and the floor; its numbers
         are the parent's, from the rounds of every worker (``rounds.pooled``)."""
         refuse_hidden_work(kernel.timed.runs, overhead_ms, self.device)
-        moved = recheck(self.s, self.trials, kernel.model, self.timing, kernel.outcome)
+        moved = recheck(self.s, self.trials, kernel.model, self.timing, kernel.outcome, self.ref)
         flags = [compile_failed(self.compile_error)] if self.s.compare_compile and compiled is None else []
         kernel.verdict = Confirmed(verified=True, floor=physical_floor(self.s, self.trials, moved),
                                    roofline=roofline_of(self.s, self.trials, moved), flags=flags,

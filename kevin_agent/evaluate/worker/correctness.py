@@ -77,12 +77,15 @@ class Outcome:
     rtol: float | None = None
     compared: bool = False
     """Whether any values were compared (the errors mean nothing before that)."""
+    rounding: str = ""
+    """Where outputs differed beyond the tolerance but were as near the float32 answer as the
+    reference's own (``judged``): that, in words."""
 
     def evidence(self) -> dict:
         """What the trials found, as ``EvalResult`` and ``Confirmed`` record it."""
         return {"trials": self.trials, "trials_passed": self.trials_passed,
                 "max_abs_err": self.max_abs_err if self.compared else None,
-                "max_rel_err": self.max_rel_err if self.compared else None}
+                "max_rel_err": self.max_rel_err if self.compared else None, "rounding": self.rounding}
 
 
 def tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None,
@@ -311,9 +314,73 @@ def nbytes_of(values) -> int:
     return sum(v.numel() * v.element_size() for _, v in leaves(list(values)) if isinstance(v, torch.Tensor))
 
 
+ROUNDING_MAX = 2.0
+"""How much larger than the reference's own largest error against float32 the largest may be."""
+ROUNDING_MEAN = 1.5
+"""How much larger than the reference's own mean error against float32 the mean may be."""
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def rounding_verdict(mine: list[tuple[str, object]], want: list[tuple[str, object]],
+                     truth: list[tuple[str, object]]) -> tuple[bool, str]:
+    """Where outputs (``mine``, as leaves) differ from the reference's (``want``) beyond the tolerance:
+    whether every floating leaf is about as close to the reference's outputs in float32 (``truth``) as
+    the reference's own are (its largest error at most ``ROUNDING_MAX`` times theirs, its mean at most
+    ``ROUNDING_MEAN`` times), and the leaf furthest off in words, either way. Low-precision work
+    rounds differently in any other order of operations; this asks which of the two is nearer the exact
+    answer, not whether they agree bit for bit."""
+    if [p for p, _ in mine] != [p for p, _ in want] or [p for p, _ in want] != [p for p, _ in truth]:
+        return False, "the outputs in float32 have other leaves"
+    worst = None
+    for (path, a), (_, b), (_, t) in zip(mine, want, truth):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(t, torch.Tensor)):
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or a != b:
+                return False, f"{path} differs"
+            continue
+        if not a.is_floating_point() or a.shape != b.shape or b.shape != t.shape:
+            if not torch.equal(a, b):
+                return False, f"{path} differs"
+            continue
+        t = t.to(a.device, torch.float32)
+        ours = (a.float() - t).abs()
+        theirs = (b.float() - t).abs()
+        tiny = torch.finfo(b.dtype).eps * float(t.abs().mean()) if t.numel() else 0.0
+        ratio = float(ours.mean()) / max(float(theirs.mean()), 1e-30)
+        words = (f"against the reference in float32, {path}'s mean error is {ratio:.2f}x the reference's own and its "
+                 f"largest {float(ours.max()):.3g} against {float(theirs.max()):.3g}")
+        if not (torch.isfinite(ours).all() and float(ours.max()) <= ROUNDING_MAX * float(theirs.max()) + tiny
+                and float(ours.mean()) <= ROUNDING_MEAN * float(theirs.mean()) + tiny):
+            return False, words
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, words)
+    if worst is None:
+        return False, "no floating output to compare"
+    return True, worst[1]
+
+
+def judged(got, expected, inputs, truth: Callable[[Sequence], object] | None, atol: float | None,
+           rtol: float | None, outcome: Outcome, preset: str = "strict") -> None:
+    """``compare``, and where a low-precision output differs beyond the tolerance, the second opinion
+    of ``truth`` (the reference in float32 on these inputs; None: none to ask): outputs nearer the
+    exact answer than the tolerance allows for are as right as the reference's own rounding
+    (``outcome.rounding`` says so); others raise ``Mismatch`` with both distances."""
+    try:
+        compare(got, expected, atol, rtol, outcome, preset)
+    except Mismatch as exc:
+        low = [v for _, v in leaves(expected) if isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION]
+        answer = truth(inputs) if truth is not None and low else None
+        if answer is None:
+            raise
+        ok, words = rounding_verdict(leaves(got), leaves(expected), leaves(answer))
+        if not ok:
+            raise Mismatch(f"{exc}; {words}") from None
+        outcome.rounding = (f"beyond the tolerance, but within the reference's own "
+                            f"{str(low[0].dtype).removeprefix('torch.')} rounding: {words}")
+
+
 def run_trial(candidate: Callable, reference: Callable, draw: Callable[[], list], before: Sequence[str], *,
               device: str, atol: float | None, rtol: float | None, outcome: Outcome, poison_bytes: int,
-              preset: str = "strict", poison_unit: int = 0):
+              preset: str = "strict", poison_unit: int = 0, truth: Callable[[Sequence], object] | None = None):
     """One trial: returns samples of (candidate output, reference output); raises Mismatch.
 
     ``draw()`` gives a fresh copy of the set on the device each time it is called, whose inputs
@@ -334,7 +401,7 @@ def run_trial(candidate: Callable, reference: Callable, draw: Callable[[], list]
         check_no_alias(first, mine)
         expected = reference(*mine)
         sync(device)
-    compare(first, expected, atol, rtol, outcome, preset)
+    judged(first, expected, mine, truth, atol, rtol, outcome, preset)
     kept = sample(first), sample(expected)
     del first, expected, mine
     mine = draw()
@@ -347,7 +414,7 @@ def run_trial(candidate: Callable, reference: Callable, draw: Callable[[], list]
         expected = reference(*mine)
         sync(device)
     try:
-        compare(again, expected, atol, rtol, outcome, preset)
+        judged(again, expected, mine, truth, atol, rtol, outcome, preset)
     except Mismatch as exc:
         raise Mismatch(f"a second run on the same inputs gave a different answer: {exc}") from None
     return kept

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import torch
 
 from ...evaluate.worker import Mismatch, Outcome, compare
+from ...evaluate.worker.correctness import rounding_verdict as leaf_rounding_verdict
 
 PLAIN = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device)
 MAX_DEPTH = 12
@@ -112,12 +113,6 @@ def same_leaves(got, want: list[tuple[str, object]], atol: float | None, rtol: f
             raise Mismatch(f"{path} is {'a tensor' if isinstance(a, torch.Tensor) else a}, expected {b}")
 
 
-ROUNDING_MAX = 2.0
-"""How much larger than the model's own largest error against float32 the largest may be."""
-ROUNDING_MEAN = 1.5
-"""How much larger than the model's own mean error against float32 the mean may be."""
-
-
 def within_rounding(got, want: list[tuple[str, object]], truth: list[tuple[str, object]]) -> str:
     """Where ``got`` differs from the model's outputs ``want`` beyond the tolerance: whether every
     floating leaf is nonetheless about as close to the float32 outputs ``truth`` as ``want`` is (its
@@ -129,35 +124,10 @@ def within_rounding(got, want: list[tuple[str, object]], truth: list[tuple[str, 
 
 def rounding_verdict(got, want: list[tuple[str, object]], truth: list[tuple[str, object]]) -> tuple[bool, str]:
     """``within_rounding``'s answer and its words either way: the leaf furthest from float32
-    against the model's own distance."""
-    mine = flatten(got)
-    if [p for p, _ in mine] != [p for p, _ in want] or [p for p, _ in want] != [p for p, _ in truth]:
-        return False, "the outputs in float32 have other leaves"
-    worst = None
-    for (path, a), (_, b), (_, t) in zip(mine, want, truth):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(t, torch.Tensor)):
-            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or a != b:
-                return False, f"{path} differs"
-            continue
-        if not a.is_floating_point() or a.shape != b.shape or b.shape != t.shape:
-            if not torch.equal(a, b):
-                return False, f"{path} differs"
-            continue
-        t = t.to(a.device, torch.float32)
-        ours = (a.float() - t).abs()
-        theirs = (b.float() - t).abs()
-        tiny = torch.finfo(b.dtype).eps * float(t.abs().mean()) if t.numel() else 0.0
-        ratio = float(ours.mean()) / max(float(theirs.mean()), 1e-30)
-        words = (f"against the model in float32, {path}'s mean error is {ratio:.2f}x the model's own and its "
-                 f"largest {float(ours.max()):.3g} against {float(theirs.max()):.3g}")
-        if not (torch.isfinite(ours).all() and float(ours.max()) <= ROUNDING_MAX * float(theirs.max()) + tiny
-                and float(ours.mean()) <= ROUNDING_MEAN * float(theirs.mean()) + tiny):
-            return False, words
-        if worst is None or ratio > worst[0]:
-            worst = (ratio, words)
-    if worst is None:
-        return False, "no floating output to compare"
-    return True, f"beyond the tolerance, but within the model's own {want_dtype(want)} rounding: {worst[1]}"
+    against the model's own distance (``correctness.rounding_verdict``, on the outputs' leaves)."""
+    ok, words = leaf_rounding_verdict(flatten(got), want, truth)
+    return ok, (f"beyond the tolerance, but within the model's own {want_dtype(want)} rounding: {words}" if ok
+                else words)
 
 
 def want_dtype(want: list[tuple[str, object]]) -> str:
