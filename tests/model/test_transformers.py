@@ -295,14 +295,17 @@ CHECK = textwrap.dedent("""
     plain = original.get_model()
     guards = [m.__dict__["forward"] for m in fast.modules() if hasattr(m.__dict__.get("forward"), "kernel_calls")]
     out = {"guards": len(guards), "shapes": []}
-    for batch, seq in ((2, 16), (3, 11)):
+    # (batch, sequence length, compiled whole with fullgraph) per call; the profiled shape and another
+    shapes = json.loads(sys.argv[3]) if len(sys.argv) > 3 else [[2, 16, False], [3, 11, False]]
+    for batch, seq, compiled in shapes:
         os.environ["KEVIN_BATCH"], os.environ["KEVIN_SEQ"] = str(batch), str(seq)
         torch.manual_seed(1)
         inputs = original.get_inputs()
         for g in guards:
             g.kernel_calls = g.fallback_calls = 0
+        model = torch.compile(fast, backend="aot_eager", fullgraph=True) if compiled else fast
         with torch.no_grad():
-            a, b = fast(**inputs), plain(**inputs)
+            a, b = model(**inputs), plain(**inputs)
         out["shapes"].append({"batch": batch, "seq": seq, "kernel_calls": sum(g.kernel_calls for g in guards),
                               "fallback_calls": sum(g.fallback_calls for g in guards),
                               "max_abs": float((a.last_hidden_state - b.last_hidden_state).abs().max())})

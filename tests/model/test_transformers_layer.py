@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -25,44 +24,11 @@ from kevin_agent.model.marks import read_envelope
 
 from ..clihelp import kevin
 from ..conftest import REPO
-from .test_transformers import MODELS, _project
+from .test_transformers import CHECK, MODELS, _project
 
 transformers = pytest.importorskip("transformers")
 
 NAME = "tiny_llama_prefill.py"
-
-CHECK = textwrap.dedent("""
-    import importlib.util, json, os, sys
-    import torch
-
-    def load(path, name):
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    committed, original = load(sys.argv[1], "committed"), load(sys.argv[2], "original")
-    torch.manual_seed(0)
-    fast = committed.get_model()
-    torch.manual_seed(0)
-    plain = original.get_model()
-    guards = [m.__dict__["forward"] for m in fast.modules() if hasattr(m.__dict__.get("forward"), "kernel_calls")]
-    out = {"guards": len(guards), "shapes": []}
-    for batch, seq, compiled in ((2, 16, False), (2, 16, True), (3, 11, False)):
-        os.environ["KEVIN_BATCH"], os.environ["KEVIN_SEQ"] = str(batch), str(seq)
-        torch.manual_seed(1)
-        inputs = original.get_inputs()
-        for g in guards:
-            g.kernel_calls = g.fallback_calls = 0
-        model = torch.compile(fast, backend="aot_eager", fullgraph=True) if compiled else fast
-        with torch.no_grad():
-            a, b = model(**inputs), plain(**inputs)
-        out["shapes"].append({"compiled": compiled, "kernel_calls": sum(g.kernel_calls for g in guards),
-                              "fallback_calls": sum(g.fallback_calls for g in guards),
-                              "max_abs": float((a.last_hidden_state - b.last_hidden_state).abs().max())})
-    print(json.dumps(out))
-""")
-
 
 def _answer() -> str:
     spec = importlib.util.spec_from_file_location("decoder_layer_check", REPO / "benchmarks" / "decoder_layer_check.py")
@@ -110,7 +76,8 @@ def test_optimize_commits_a_whole_decoder_layer_named_with_module(layer_optimize
     assert "(float32[1,16,16], float32[1,16,16])" in kernel.read_text()
     settings = EvalSettings(device="cpu")  # the run's build, where the check finds it: nothing compiles here
     folder = settings.cache_dir / cache.build_key(kernel_code(kernel, read_envelope(kernel)), "cpu", settings.fast_build)
-    check = subprocess.run([sys.executable, "-c", CHECK, str(repo / NAME), str(repo / "original.py")],
+    shapes = [[2, 16, False], [2, 16, True], [3, 11, False]]
+    check = subprocess.run([sys.executable, "-c", CHECK, str(repo / NAME), str(repo / "original.py"), json.dumps(shapes)],
                            capture_output=True, text=True, cwd=repo, timeout=600,
                            env={**os.environ, "TORCH_EXTENSIONS_DIR": str(folder)})
     assert check.returncode == 0, check.stderr
