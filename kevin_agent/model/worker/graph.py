@@ -110,11 +110,12 @@ def export_graph(module: torch.nn.Module, args: list, dynamic: bool, names: list
     from torch.export import Dim, export
     from torch.utils._pytree import tree_map
 
-    called = _called(module, list(args), list(names))
-    shapes = tuple(tree_map(lambda a: {d: Dim.AUTO for d in range(a.dim())} if isinstance(a, torch.Tensor) else None,
-                            a) if isinstance(a, (list, tuple)) else
-                   ({d: Dim.AUTO for d in range(a.dim())} if isinstance(a, torch.Tensor) else None) for a in args)
+    def free(a):
+        return {d: Dim.AUTO for d in range(a.dim())} if isinstance(a, torch.Tensor) else None
+
     try:
+        called = _called(module, list(args), list(names))
+        shapes = tuple(tree_map(free, a) if isinstance(a, (list, tuple)) else free(a) for a in args)
         ep = export(called, tuple(args), strict=False, dynamic_shapes=shapes if dynamic else None)
     except Exception as exc:
         raise NotCaptured(f"torch.export cannot capture it: {_construct(exc)}") from None
