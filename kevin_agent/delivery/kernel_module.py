@@ -163,6 +163,8 @@ def header_lines(task: Task, best: Winner | TurnRecord, info: RunInfo, *, stem: 
         )
         if (tolerance := fmt_tolerance(result)) is not None:
             lines.append(f"  tolerance: {tolerance}")
+        if rounding := result.rounding or (confirmed.rounding if confirmed else ""):
+            lines.append(f"  {rounding}")
         flags = list(dict.fromkeys(result.flags + (confirmed.flags if confirmed else [])))
         if flags:
             lines.append("  flags: " + "; ".join(flags))

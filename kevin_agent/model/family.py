@@ -114,6 +114,8 @@ class FamilyCheck(BaseModel):
     """A family's key: the shapes it was tried at."""
     failed: dict[str, str] = Field(default_factory=dict)
     """A verified signature whose family failed: why (the shape and what went wrong)."""
+    unvaried: dict[str, str] = Field(default_factory=dict)
+    """A verified signature with no family to try: why (a tuple among its arguments, ...)."""
 
     def describe(self) -> list[str]:
         """Sentences for the module's docstring and the report."""
@@ -124,7 +126,19 @@ class FamilyCheck(BaseModel):
         for key, why in self.failed.items():
             lines.append(f"{key}: admitted at this shape alone; at another size {why} (the kernel may hard-code "
                          "its sizes).")
+        for key, why in self.unvaried.items():
+            lines.append(f"{key}: admitted at this shape alone; {why}.")
         return lines
+
+
+def _unvaried(signature: str) -> str:
+    """Why ``family_of`` gives ``signature`` no family."""
+    parts = _split(signature)
+    if any(p.startswith(("[", "(", "{", "<")) for p in parts):
+        return "the family check does not vary the shapes inside its tuple, list or dict arguments"
+    if any("@" in p for p in parts):
+        return "the family check does not vary strided tensors"
+    return "it has no leading dimension to vary"
 
 
 def check_family(task_path: str, class_name: str, code: str, verified: list[str], settings: EvalSettings, *,
@@ -155,6 +169,7 @@ def check_family(task_path: str, class_name: str, code: str, verified: list[str]
     for key, family in families.items():
         if family is None:
             check.admitted.append(key)
+            check.unvaried[key] = _unvaried(key)
             continue
         wrong = [(t.key, results.get(t.key, "not checked")) for t in family.trials if results.get(t.key) != ""]
         if wrong:

@@ -99,7 +99,7 @@ def test_write_report_writes_md_json_and_png(tmp_path):
     assert best["timings"]["torch_compile"]["runs"] == 20
     assert best["correctness"] == {"trials": 5, "trials_passed": 5, "max_abs_err": 3.2e-7,
                                    "max_rel_err": 1.5e-6, "atol": 1e-5, "rtol": 1e-5, "tolerance": None,
-                                   "reference_tf32": None}
+                                   "reference_tf32": None, "rounding": ""}
     assert data["versions"]["torch"] == "2.13.0+cpu"
     assert data["task"] == {"file": "my_relu.py", "name": "my_relu", "class_name": "MyRelu", "digest": task.digest}
     assert data["status_counts"] == {"compile_error": 1, "incorrect": 1, "correct": 3, "check_failed": 1}

@@ -39,3 +39,18 @@ def test_the_guard_admits_the_family_one_size_per_symbol():
     assert not spec.admits([x.transpose(0, 1).contiguous().transpose(0, 1), mask, 0.5])  # not contiguous
     assert not spec.admits([torch.zeros(0, 5, 64), torch.zeros(0, 5, dtype=torch.bool), 0.5])
     assert CallSpec("float32[4,8]@1,4").admits([torch.zeros(8, 4).t()])
+
+
+def test_a_signature_with_no_family_says_why_it_is_admitted_at_its_shape_alone(tmp_path):
+    # no family to try: nothing runs (no worker starts), and the module's docstring says why
+    from kevin_agent.config import EvalSettings
+    from kevin_agent.model.family import check_family
+
+    layer = "float32[2,16,64], None, (float32[1,16,16], float32[1,16,16])"
+    check = check_family(str(tmp_path / "never_read.py"), "Model", "", [layer, "float32[4096]"],
+                         EvalSettings(device="cpu"))
+    assert check.admitted == [layer, "float32[4096]"] and not check.passed and not check.failed
+    assert check.describe() == [
+        f"{layer}: admitted at this shape alone; the family check does not vary the shapes inside its tuple, "
+        "list or dict arguments.",
+        "float32[4096]: admitted at this shape alone; it has no leading dimension to vary."]

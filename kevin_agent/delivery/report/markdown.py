@@ -186,6 +186,8 @@ def _best_section(best: Winner) -> list[str]:
     ]
     if (tolerance := fmt_tolerance(ev)) is not None:
         lines.append(f"- tolerance: {tolerance}")
+    if ev.rounding or (confirmed is not None and confirmed.rounding):
+        lines.append(f"- {ev.rounding or confirmed.rounding}")
     if ev.memory is not None:
         lines.append(f"- {fmt_memory(ev.memory)}")
     if best.record.summary.strip():
