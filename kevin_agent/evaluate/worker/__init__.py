@@ -8,11 +8,11 @@ callables timed at their placements.
 """
 
 from .candidate import device_name, versions
-from .correctness import Mismatch, Outcome, compare, leaves, same_values
+from .correctness import Mismatch, Outcome, compare, leaves, rounding_verdict, same_values
 from .placements import Placements
 from .taskcode import describe, import_file, to_device
 from .timing import Timer
 from .trials import FLOP_DTYPES, flop_dtype
 
-__all__ = ["FLOP_DTYPES", "Mismatch", "Outcome", "Placements", "Timer", "compare", "describe", "device_name", "flop_dtype", "import_file", "leaves",
-           "same_values", "to_device", "versions"]
+__all__ = ["FLOP_DTYPES", "Mismatch", "Outcome", "Placements", "Timer", "compare", "describe", "device_name", "flop_dtype",
+           "import_file", "leaves", "rounding_verdict", "same_values", "to_device", "versions"]

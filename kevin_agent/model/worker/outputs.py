@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import torch
 
 from ...evaluate.worker import Mismatch, Outcome, compare
-from ...evaluate.worker.correctness import rounding_verdict as leaf_rounding_verdict
+from ...evaluate.worker import rounding_verdict as leaf_rounding_verdict  # on leaves; this module's on outputs
 
 PLAIN = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device)
 MAX_DEPTH = 12
