@@ -135,6 +135,7 @@ async def test_a_real_optimize_of_the_example_committed_from_the_screen(tmp_path
         await wait_for(pilot, lambda: isinstance(app.screen, GroupRunScreen), 10, "its run screen")
         await pilot.press("escape")
         await wait_for(pilot, asked, 900, "the question before the commit")
+        await pilot.pause()  # the question's screen drawn: on a loaded machine a frame can come later
         assert "commit the 2 kernels into the model?" in text_of(app)
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.optimizing, 300, "the delivery")
