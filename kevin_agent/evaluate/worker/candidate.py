@@ -167,7 +167,7 @@ class Float32Reference:
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
             with torch.no_grad():
-                return self.copy(*_wide(inputs))
+                return self.copy(*wide(inputs))
         except Exception:  # a reference that holds its dtype (a graph asserting bf16): no second opinion
             self.copy, self.failed = None, True
             return None
@@ -175,11 +175,12 @@ class Float32Reference:
             torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def _wide(value):
+def wide(value):
+    """``value`` with its bf16 and fp16 tensors in float32, tuples and lists item by item."""
     if isinstance(value, torch.Tensor):
         return value.float() if value.dtype in LOW_PRECISION else value
     if isinstance(value, (list, tuple)):
-        return type(value)(_wide(v) for v in value)
+        return type(value)(wide(v) for v in value)
     return value
 
 
@@ -228,11 +229,10 @@ def check_trials(settings: EvalSettings, trials: Trials, cand, outcome: Outcome,
         computing = audit_ops(cand, audited)
         sync(device)
         refused = refused_ops(computing, audit_ops(ref, trials.draw("audit"))) if computing else []
-        beyond = " (beyond the library calls the reference makes itself)" if len(refused) < len(computing) else ""
-        computing = refused
-        if computing:
+        if refused:
+            beyond = " (beyond the library calls the reference makes itself)" if refused != computing else ""
             raise RuleBroken(f"[no-torch-compute] ModelNew ran PyTorch compute operators{beyond}: "
-                             f"{', '.join(computing[:8])}; compute the result in your own kernel")
+                             f"{', '.join(refused[:8])}; compute the result in your own kernel")
         check_integrity(integrity, "during the operator audit")
 
 

@@ -32,7 +32,7 @@ from ..jobs import CapturedTask
 from ..records import ExtractedTask, SignatureCount, SignatureUse
 from . import outputs, taskfile
 from .graph import export_graph, fx_graph, graph_body
-from .guard import bound_arguments, call_signature
+from .guard import bound_call, call_signature
 from .loading import LoadedModel, forward
 from .profiling import arg_spec, output_bytes
 from .source import NotCaptured, source_capture
@@ -105,7 +105,7 @@ def record_module(loaded: LoadedModel, paths: list[str]) -> dict[str, Calls]:
         module = loaded.model.get_submodule(path)
 
         def before(m, args, kwargs, path=path):
-            values = bound_arguments(m.forward, args, kwargs)
+            names, values = bound_call(m.forward, args, kwargs)
             key = call_signature(values)
             pending[path].append(key)
             mine = calls[path]
@@ -114,7 +114,7 @@ def record_module(loaded: LoadedModel, paths: list[str]) -> dict[str, Calls]:
             else:
                 mine.signatures[key] = SignatureCount(key=key, calls=1, args=[arg_spec(v) for v in values])
                 mine.inputs[key] = _clone(values)
-                mine.names[key] = bound_names(m.forward, args, kwargs)
+                mine.names[key] = names
 
         def after(m, args, kwargs, out, path=path):
             key = pending[path].pop()
@@ -131,26 +131,6 @@ def record_module(loaded: LoadedModel, paths: list[str]) -> dict[str, Calls]:
         for handle in handles:
             handle.remove()
     return calls
-
-
-def bound_names(forward, args: tuple, kwargs: dict) -> list[str]:
-    """The name of each of ``bound_arguments``' values: the parameter's, a ``**kwargs`` entry's key,
-    ``args_<i>`` for the ``*args`` values; empty where the call does not bind."""
-    try:
-        bound = inspect.signature(forward).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return []
-    bound.apply_defaults()
-    names = []
-    for name, param in bound.signature.parameters.items():
-        value = bound.arguments.get(name)
-        if param.kind is inspect.Parameter.VAR_POSITIONAL:
-            names += [f"{name}_{i}" for i in range(len(value or ()))]
-        elif param.kind is inspect.Parameter.VAR_KEYWORD:
-            names += list(value or {})
-        else:
-            names.append(name)
-    return names
 
 
 def _same(got, want) -> str:

@@ -67,21 +67,30 @@ def value_key(value) -> str:
 def bound_arguments(forward, args: tuple, kwargs: dict, signature: inspect.Signature | None = None) -> list:
     """The call's arguments in the order of ``forward``'s parameters (``signature``, where the caller
     has it already), defaults filled in."""
+    return bound_call(forward, args, kwargs, signature)[1]
+
+
+def bound_call(forward, args: tuple, kwargs: dict, signature: inspect.Signature | None = None) -> tuple[list, list]:
+    """(names, values): ``bound_arguments``' values and the name each was passed as (the parameter's,
+    a ``**kwargs`` entry's key, ``<name>_<i>`` for ``*args``); no names where the call does not bind."""
     try:
         bound = (signature or inspect.signature(forward)).bind(*args, **kwargs)
     except (TypeError, ValueError):
-        return [*args, *kwargs.values()]
+        return [], [*args, *kwargs.values()]
     bound.apply_defaults()
-    values = []
+    names, values = [], []
     for name, param in bound.signature.parameters.items():
         value = bound.arguments.get(name)
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}_{i}" for i in range(len(value or ()))]
             values.extend(value or ())
         elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            names += list(value or {})
             values.extend((value or {}).values())
         else:
+            names.append(name)
             values.append(value)
-    return values
+    return names, values
 
 
 def call_signature(values) -> str:

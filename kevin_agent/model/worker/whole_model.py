@@ -25,13 +25,10 @@ import statistics
 import torch
 
 from ...evaluate.rounds import ratios
-from ...evaluate.worker import Mismatch, Outcome, Timer, describe, import_file
+from ...evaluate.worker import LOW_PRECISION as LOW, Mismatch, Outcome, Timer, describe, import_file, wide
 from ..jobs import E2EKernelRun, E2ERun, ModelJob
 from . import outputs
 from .loading import LoadedModel, ModelProblem, forward, load
-
-LOW = (torch.bfloat16, torch.float16)
-"""The precisions whose rounding compounds over a model's layers past any fixed tolerance."""
 
 Guards = list[list[tuple[torch.nn.Module, object]]]
 """Per kernel, (module, its guard) at each module it is installed at."""
@@ -125,7 +122,6 @@ def _float32_forward(loaded: LoadedModel):
     fp16, on its inputs cast likewise; None for a model in float32 or wider, or where the copy does not fit."""
     if not any(p.dtype in LOW for p in loaded.model.parameters()):
         return None
-    wide = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype in LOW else v  # noqa: E731
     try:
         copy = copy_module.deepcopy(loaded.model).float()
         with torch.no_grad():
