@@ -17,11 +17,9 @@ Kept free of torch: the parent reads the metadata (for the stage limits) without
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -174,15 +172,6 @@ def read(folder: Path) -> ReferenceData | None:
     except (OSError, ValueError):
         return None
     return data if data.format == FORMAT else None
-
-
-@contextlib.contextmanager
-def locked(folder: Path) -> Iterator[None]:
-    """One maker per folder, across processes: the others wait and then find it made."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def stage_limit(phase: str, settings: EvalSettings, ref: ReferenceData | None) -> Limit:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,40 @@ def test_a_fast_build_that_broke_down_is_really_built_again_plainly(tmp_path, mo
     assert module.twice(21) == 42
     rows = cache.build_paths(folder)
     assert [r["path"] for r in rows] == ["plain-after-fast"]
+
+
+BUILD_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from kevin_agent.config import EvalSettings
+from kevin_agent.evaluate.parent.builds import compile_in
+from kevin_agent.evaluate.toolchain import cache
+from kevin_agent.workers import scrubbed_env
+
+folder = Path(sys.argv[1])
+settings = EvalSettings(device="cpu", compile_timeout_s=120, cache_dir=folder.parent)
+env = scrubbed_env({"TORCH_EXTENSIONS_DIR": str(folder), **cache.toolchain_env("cpu")})
+build = compile_in(folder, Path(sys.argv[2]).read_text(), settings=settings, env=env, job={"settings": settings})
+print("cached" if build.cached else "built", build.ok, build.error)
+"""
+
+
+def test_two_processes_building_one_source_build_it_once(tmp_path):
+    """Two runs on one build cache submitting the same source: one builds, the other waits for it
+    and finds it built, instead of both writing one folder's candidate and torch's build lock (the
+    second's clearing of the lock failed the first's build)."""
+    record = tmp_path / "builds.txt"
+    # The "build" is the candidate's import in the compile worker: it notes itself and takes a while.
+    source = (f"import os, time\nwith open({str(record)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+              "time.sleep(3)\n")
+    (tmp_path / "source.py").write_text(source)
+    (tmp_path / "build.py").write_text(BUILD_IN_A_PROCESS)
+    folder = tmp_path / "cache" / "one-source"
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "build.py"), str(folder), str(tmp_path / "source.py")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sorted(out.split()[0] for out, _ in outs) == ["built", "cached"], outs
+    assert all(out.split()[1] == "True" for out, _ in outs), outs
+    assert len(record.read_text().splitlines()) == 1

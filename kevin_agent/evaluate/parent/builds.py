@@ -59,7 +59,20 @@ def compile_in(folder: Path, source: str, *, settings: EvalSettings, env: dict[s
     """Build ``source`` in a compile worker whose extensions folder is ``folder`` (with ``cached``, a
     cache hit when a successful build is already there and ninja has nothing left to do): one that
     ``ready`` hands out, already waiting with torch imported, or else one started for it."""
-    folder.mkdir(parents=True, exist_ok=True)
+    # Another process building the same source (a second run, a bench's other task) would share the
+    # folder, its candidate file and torch's build lock: it builds alone, and this one finds it built.
+    try:
+        with cache.locked(folder, give_up=(lambda: registry.closed) if registry is not None else None):
+            return _compile_locked(folder, source, settings=settings, env=env, job=job, on_output=on_output, root=root,
+                                   registry=registry, hold=hold, ready=ready, cached=cached)
+    except cache.GaveUpWaiting:
+        return Build(ok=False, folder=folder, error="the run was stopped while another process built this source")
+
+
+def _compile_locked(folder: Path, source: str, *, settings: EvalSettings, env: dict[str, str], job: dict,
+                    on_output: OutputCallback | None, root: Path | None, registry: WorkerSet | None,
+                    hold: Callable[[int], AbstractContextManager] | None,
+                    ready: Callable[[], WorkerProcess] | None, cached: bool) -> Build:
     candidate = folder / "candidate.py"
     if cached and cache.is_built(folder) and candidate.is_file() and cache.up_to_date(folder):
         return Build(ok=True, folder=folder, cached=True)

@@ -12,6 +12,7 @@ from ...config import EvalSettings
 from ...errors import EnvironmentUnavailable, TaskError
 from ...task import Task
 from .. import reference
+from ..toolchain import cache
 from ...workers import Go, WorkerSet
 from ..jobs import EvalWorker, WorkerReply
 from .gate import DeviceGate, Holding
@@ -49,7 +50,7 @@ def probe_task(host: ProbeHost, folder: Path) -> tuple[WorkerReply, reference.Re
         return Go()
 
     # One maker per task and settings: a second evaluator waits, then finds the data made.
-    with reference.locked(folder), tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
+    with cache.locked(folder), tempfile.TemporaryDirectory(prefix="kevin-probe-") as tmp:
         try:
             holding.share()
             run = EvalWorker.run(host.job("probe"), env=host.env(Path(tmp)), timeout_s=host.settings.run_timeout_s,

@@ -8,6 +8,8 @@ compiles once per toolchain and a toolchain upgrade rebuilds. A folder is a cach
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -16,6 +18,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -170,6 +173,30 @@ def up_to_date(folder: Path) -> bool:
         if out.returncode != 0 or "no work to do" not in out.stdout:
             return False
     return True
+
+
+class GaveUpWaiting(Exception):
+    """``locked``'s ``give_up`` said so before the folder's maker was done."""
+
+
+@contextlib.contextmanager
+def locked(folder: Path, give_up: Callable[[], bool] | None = None) -> Iterator[None]:
+    """One maker per folder, across processes (two runs, a bench's tasks, a test suite's workers on one
+    cache): the others wait and then find it made. The kernel drops the lock with its process, so a
+    killed maker never leaves the folder locked; the file is not ``lock``, which ``clear_locks`` clears.
+    A waiter whose ``give_up`` turns true (its run was stopped) raises ``GaveUpWaiting`` instead of
+    waiting out another process's build."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if give_up is not None else 0))
+                break
+            except BlockingIOError:
+                if give_up():
+                    raise GaveUpWaiting(str(folder)) from None
+                time.sleep(0.1)
+        yield
 
 
 def clear_locks(folder: Path) -> None:
