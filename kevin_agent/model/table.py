@@ -150,7 +150,7 @@ def e2e_lines(result: E2EResult) -> list[str]:
                  f"{result.fallback_calls:g}")
     if len(result.member_calls) > 1 or result.fallback_calls:
         lines.append(_members_line(result.member_calls))
-    return [*lines, *compiled_lines(result), _outputs_line(result)]
+    return [*lines, *compiled_lines(result), outputs_line(result)]
 
 
 def compiled_lines(result: E2EResult) -> list[str]:
@@ -188,7 +188,9 @@ def _interval(result: E2EResult) -> str:
     return f"95% interval {low_high[0]:.2f}-{low_high[1]:.2f}x; " if low_high else ""
 
 
-def _outputs_line(result: E2EResult) -> str:
+def outputs_line(result: E2EResult) -> str:
+    """Whether the whole model's outputs with the kernels match, and how near: within the tolerance, or
+    beyond it but within the model's own low-precision rounding (the float32 second opinion)."""
     if result.outputs_match and result.rounding:
         return f"outputs match: {result.rounding}"
     if result.outputs_match:
@@ -223,4 +225,4 @@ def _combined_lines(result: E2EResult) -> list[str]:
                      f"ran the original forward {k.fallback_calls:g}{effect}")
         if len(k.member_calls) > 1 or k.fallback_calls:
             lines.append("  " + _members_line(k.member_calls))
-    return [*lines, *compiled_lines(result), _outputs_line(result)]
+    return [*lines, *compiled_lines(result), outputs_line(result)]

@@ -65,12 +65,6 @@ def refusals(model_file: ModelFile, kernels: list[Path], *, replace: bool, commi
     return out
 
 
-def slower_beyond_noise(result) -> bool:
-    """The kept kernels together slow the whole model: the whole interval of its speedup is below 1
-    (the rule each kernel is dropped by; a median below 1 alone is within what the timing moves)."""
-    return (result.speedup_interval or [result.speedup, result.speedup])[1] < 1.0
-
-
 def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
                         progress: OptimizeProgress) -> OptimizeRecord:
     """The whole model with the verified kernels of ``session`` (an ``OptimizeSession``), the
@@ -98,7 +92,7 @@ def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
         why = effect.dropped if effect is not None else ""
         if not why and not result.outputs_match:
             why = f"the whole model's outputs differ with it: {result.mismatch}"
-        if not why and slower_beyond_noise(result) and not session.config.accept_slower:
+        if not why and result.slower and not session.config.accept_slower:
             why = (f"the whole model is slower with {'them' if several else 'it'}, beyond the noise "
                    f"({speedup_words(result.speedup, result.speedup_interval)})")
         g.state, g.why = ("dropped", why) if why else ("kept", "")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..delivery.hub_layer import mapping_lines
 from ..model.marks import read_envelope
+from ..model.table import compiled_lines, outputs_line
 from ..results.optimize import GroupRun, OptimizeRecord
 from ..results.records import to_json
 
@@ -56,11 +57,7 @@ def whole_model_lines(record: OptimizeRecord) -> list[str]:
                 and len(kept) > 1 else "")
         lines.append(f"  {g.name}: kept: {part}its kernel ran at {g.kernel_calls:g} calls per forward, the "
                      f"original forward at {g.fallback_calls:g}")
-    if e2e.outputs_match:
-        err = f" (max abs err {e2e.max_abs_err:.3g})" if e2e.max_abs_err is not None else ""
-        lines.append(f"outputs match within the {e2e.tolerance} tolerance{err}")
-    else:
-        lines.append(f"outputs DIFFER beyond the {e2e.tolerance} tolerance: {e2e.mismatch}")
+    lines.append(outputs_line(e2e))
     return lines
 
 
@@ -78,10 +75,12 @@ def _contribution(g: GroupRun) -> str:
 
 def _compiled_rows(e2e) -> list[str]:
     """The same model under torch.compile, where it was measured."""
-    from ..model.table import compiled_lines
-
     lines = compiled_lines(e2e)
     return [*(f"- {line}" for line in lines), ""] if lines else []
+
+
+def _sentence(words: str) -> str:
+    return words[:1].upper() + words[1:] + ("" if words.endswith(".") else ".")
 
 
 def render_markdown(record: OptimizeRecord) -> str:
@@ -96,8 +95,8 @@ def render_markdown(record: OptimizeRecord) -> str:
                   "| | speedup (95% interval) |", "|---|---|",
                   f"| measured, with the kept kernels | {speedup_words(record.measured, record.measured_interval)} |",
                   f"| Amdahl's prediction | {_x(record.predicted)} |", "",
-                  f"Outputs {'match' if e2e.outputs_match else 'DIFFER'} ({e2e.tolerance} tolerance). The "
-                  f"speedup is the median of the forward without the kernels over the forward with them "
+                  f"{_sentence(outputs_line(e2e))} The speedup is the median of the forward without the kernels "
+                  "over the forward with them "
                   f"({e2e.baseline_ms:.3f} ms without them), timed interleaved call by call in {e2e.rounds} "
                   "rounds of fresh workers and pooled, with the 95% interval of that median; the kernels would "
                   "be dropped together only where the whole interval were below 1. The prediction is "

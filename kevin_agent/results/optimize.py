@@ -120,7 +120,7 @@ class OptimizeRecord(Record):
     forward with them, interleaved, pooled over the rounds' workers."""
     measured_interval: list[float] | None = None
     """Its 95% interval (low, high): the kept kernels are dropped together only where it lies wholly
-    below 1, as a single kernel is (``E2EResult.speedup_interval``)."""
+    below 1, as a single kernel is (``E2EResult.slower``)."""
     model_change: str = ""
     """The diff that installs the kept kernels into the model file."""
     written: list[str] = Field(default_factory=list)

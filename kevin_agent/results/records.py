@@ -301,7 +301,8 @@ class KernelEffect(BaseModel):
     """The modules it goes into: a group's name (``layers.*.norm x3``) or one path."""
     members: list[str]
     share: float | None = None
-    """Its modules' share of the forward, from the profile."""
+    """Its modules' share of the forward, from the profile; once kept, of those that run beside the
+    other kept kernels (not those inside another's modules)."""
     module_speedup: float | None = None
     """The kernel's own speedup, as its module claims it (confirmed, where the run confirmed it)."""
     kernel_calls: float = 0.0
@@ -339,7 +340,7 @@ class E2EResult(Record):
     """Median forward in a worker with the kernel installed (the best of the rounds)."""
     speedup: float
     """The whole model's speedup: in each round's worker with the kernel, the model timed with it
-    and without it call by call, interleaved; the median of the rounds' medians of the ratio."""
+    and without it call by call, interleaved; the median of every round's ratios pooled."""
     workers_speedup: float
     """baseline_ms / kernel_ms: the same from two workers apart (load on the machine moves it more)."""
     speedup_interval: list[float] | None = None
@@ -368,7 +369,9 @@ class E2EResult(Record):
     original-forward calls]."""
     rounds: int
     slower: bool
-    """The whole model is slower with the kernel."""
+    """The whole model is slower with the kernel: in eager, the whole of ``speedup_interval`` below 1
+    (a median below 1 alone is within what the timing moves); under torch.compile, which has no
+    interval, its speedup below 1."""
     wall_s: float = 0.0
     kernels: list[KernelEffect] = Field(default_factory=list)
     """With more than one kernel: each, kept or dropped, in the order given."""

@@ -59,7 +59,8 @@ def test_each_step_succeeds(delivered):
     assert [t["status"] for t in summary["turns"]] == ["correct", "correct"] and summary["commit"]
     # the run on an extracted task ran the whole model with its kernel before committing it
     e2e = summary["e2e"]
-    assert e2e["outputs_match"] and e2e["kernel_calls"] == 1 and not e2e["slower"] and e2e["module"] == "act"
+    assert e2e["outputs_match"] and e2e["kernel_calls"] == 1 and e2e["module"] == "act"
+    assert e2e["speedup_interval"][1] >= 1.0, e2e  # not slower beyond the noise of a busy machine
     assert (e2e["model_file"], e2e["kernel_file"]) == ("mlp_block.py", "mlp_block_act_kevin.py")
     assert any(line.startswith("whole model: mlp_block.py runs with and without it")
                for line in summary["delivery"]["plan"])
@@ -75,7 +76,7 @@ def test_e2e_speedup_is_what_amdahl_predicts(delivered):
     assert result["module"] == "act" and result["rounds"] == 3
     # the whole model's speedup is said once, with the 95% interval of its interleaved rounds
     low, high = result["speedup_interval"]
-    assert low <= result["speedup"] <= high and result["slower"] == (result["speedup"] < 1.0)
+    assert low <= result["speedup"] <= high and result["slower"] == (high < 1.0)
     # Amdahl's prediction from the module's share and its own speedup, beside the measured one
     assert result["predicted"] == pytest.approx(
         1 / (1 - result["share"] + result["share"] / result["module_speedup"]), rel=1e-6)

@@ -82,7 +82,7 @@ def test_each_group_is_one_task_and_one_run(stack):
 def test_both_kernels_run_at_every_instance_and_meet_the_prediction(stack):
     repo, steps = stack
     result = json.loads((repo / "e2e.json").read_text())
-    assert result["outputs_match"] and not result["slower"]
+    assert result["outputs_match"] and result["speedup_interval"][1] >= 1.0, result
     kernels = {k["module"]: k for k in result["kernels"]}
     assert set(kernels) == {"layers.*.norm x3", "layers.*.act x3"}
     for k in kernels.values():
@@ -102,7 +102,7 @@ def test_both_kernels_run_at_every_instance_and_meet_the_prediction(stack):
     # the one speedup, inside the interval measured with it (how far it lands from the prediction
     # depends on the machine's load: 1.11x to 3.45x here against about 1.9x)
     low, high = result["speedup_interval"]
-    assert low <= result["speedup"] <= high and result["slower"] == (result["speedup"] < 1.0), result
+    assert low <= result["speedup"] <= high and result["slower"] == (high < 1.0), result
     assert "Amdahl predicts" in steps["e2e"].stdout and "calls that ran the original forward 0" in steps["e2e"].stdout
     assert "per module (kernel / original forward): layers.0.norm 1/0, layers.1.norm 1/0, layers.2.norm 1/0" \
         in steps["e2e"].stdout
