@@ -269,10 +269,10 @@ def test_a_module_given_a_tuple_of_tensors_by_keyword_is_captured(tmp_path, modu
     spec.loader.exec_module(task)
     inputs = task.get_inputs()
     cos, sin = next(v for v in inputs if isinstance(v, tuple))
-    assert cos.shape == sin.shape == (1, 16, 16)  # one row of positions, broadcast over the batch
+    assert cos.shape == sin.shape == (1, 12, 16)  # one row of positions, broadcast over the batch
     with torch.no_grad():
         out = task.Model(*task.get_init_inputs())(*inputs)
-    assert (out[0] if isinstance(out, tuple) else out).shape == (2, 16, 64)
+    assert (out[0] if isinstance(out, tuple) else out).shape == (2, 12, 64)
 
 
 OPTIMIZE = ("--device", "cpu", "--backend", "scripted", "--responses", "responses", "--turns", "1",

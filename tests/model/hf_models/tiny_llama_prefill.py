@@ -1,6 +1,7 @@
 """A small LLaMA called for one forward over whole sequences without a cache (prefill, or a training
 forward): every layer's attention and decoder layer take ``position_embeddings``, a tuple of two
-tensors, by keyword. KEVIN_BATCH and KEVIN_SEQ change the inputs' shape."""
+tensors, by keyword. KEVIN_BATCH and KEVIN_SEQ change the inputs' shape (12 tokens by default: not the
+head size, 16, so that a sequence length and a head size are told apart in a signature)."""
 import os
 
 import torch
@@ -14,5 +15,5 @@ def get_model():
 
 
 def get_inputs():
-    ids = torch.randint(0, 128, (int(os.environ.get("KEVIN_BATCH", 2)), int(os.environ.get("KEVIN_SEQ", 16))))
+    ids = torch.randint(0, 128, (int(os.environ.get("KEVIN_BATCH", 2)), int(os.environ.get("KEVIN_SEQ", 12))))
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": False}
