@@ -56,3 +56,20 @@ def test_a_library_call_the_reference_does_not_make_is_refused():
     assert any(op.split("::")[1] in ("mm", "addmm", "bmm") for op in refused)
     assert any("scaled_dot_product" in op for op in refused)
     assert refused_ops(cand_ops, []) == cand_ops
+
+
+class InPlaceEpilogue(Layer):
+    """The last residual add inside the output projection's GEMM, on a buffer of its own."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(16, 32)
+        return x.reshape(16, 32).clone().addmm_(a, self.out.weight.t()).view(2, 8, 32)
+
+
+def test_a_gemm_in_place_is_the_library_call_the_reference_makes():
+    x = torch.randn(2, 8, 32)
+    ref_ops, cand_ops = audit_ops(Layer(), [x]), audit_ops(InPlaceEpilogue(), [x])
+    assert "aten::addmm_" in cand_ops
+    assert "aten::addmm_" not in refused_ops(cand_ops, ref_ops)
+    assert "aten::addmm_" in refused_ops(cand_ops, audit_ops(lambda t: t * 2.0, [x]))

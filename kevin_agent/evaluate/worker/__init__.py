@@ -7,13 +7,14 @@ exports: the person's file imported and its errors described, the device named, 
 callables timed at their placements.
 """
 
-from .candidate import device_name, versions, wide
-from .correctness import LOW_PRECISION, Mismatch, Outcome, compare, leaves, rounding_verdict, same_values
+from .candidate import Float32Reference, device_name, versions, wide
+from .correctness import (LOW_PRECISION, Mismatch, Outcome, compare, judged, leaves, rounding_verdict,
+                          same_values)
 from .placements import Placements
 from .taskcode import describe, import_file, to_device
 from .timing import Timer
 from .trials import FLOP_DTYPES, flop_dtype
 
-__all__ = ["FLOP_DTYPES", "LOW_PRECISION", "Mismatch", "Outcome", "Placements", "Timer", "compare", "describe",
-           "device_name", "flop_dtype",
-           "import_file", "leaves", "rounding_verdict", "same_values", "to_device", "versions", "wide"]
+__all__ = ["FLOP_DTYPES", "Float32Reference", "LOW_PRECISION", "Mismatch", "Outcome", "Placements", "Timer", "compare",
+           "describe", "device_name", "flop_dtype", "import_file", "judged", "leaves", "rounding_verdict", "same_values",
+           "to_device", "versions", "wide"]

@@ -131,10 +131,11 @@ class OpAudit(TorchDispatchMode):
 
 def refused_ops(candidate_ops: list[str], reference_ops: list[str]) -> list[str]:
     """The candidate's computing operators less the library ones it may call: every operator of each
-    kind (GEMM, attention, convolution) that the reference's own operators include."""
-    bases = {op.split("::")[-1] for op in reference_ops}
+    kind (GEMM, attention, convolution) that the reference's own operators include, in place too
+    (``addmm_`` on a buffer of its own: a residual add in the GEMM's epilogue)."""
+    bases = {op.split("::")[-1].rstrip("_") for op in reference_ops}
     allowed = {op for kind in LIBRARY_OPS.values() if kind & bases for op in kind}
-    return [op for op in candidate_ops if op.split("::")[-1] not in allowed]
+    return [op for op in candidate_ops if op.split("::")[-1].rstrip("_") not in allowed]
 
 
 def audit_ops(fn, args) -> list[str]:
