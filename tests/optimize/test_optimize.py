@@ -80,7 +80,7 @@ def test_one_command_installs_every_chosen_group_in_one_commit(whole):
     err = proc.stderr
     # the plan is said before the first run
     assert err.index("worth a kernel (2 groups") < err.index("running turn 1/3")
-    assert head_files(repo) == FILES
+    assert head_files(repo) == FILES, err[-4000:]  # what was measured and why a group was dropped
     assert subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
                           capture_output=True, text=True).stdout == ""
     log = subprocess.run(["git", "-C", repo, "log", "--format=%s"], capture_output=True, text=True).stdout.splitlines()
@@ -101,7 +101,7 @@ def test_each_repeated_group_is_one_run_whose_kernel_runs_everywhere(whole):
     runs = {g["run_id"] for g in groups.values()}
     assert len(runs) == 2 and all((repo / ".kevin" / "runs" / r / "run.json").is_file() for r in runs)
     for g in groups.values():
-        assert g["state"] == "kept" and len(g["members"]) == 3
+        assert g["state"] == "kept" and len(g["members"]) == 3, (g["why"], g.get("contribution_interval"))
         assert (g["kernel_calls"], g["fallback_calls"]) == (3, 0)  # the original forward ran 0 times
         low, high = g["confirmation"]["ci95"]
         assert low <= g["speedup"] <= high and g["signatures"] == ["float32[n0,256]"]  # admitted at any row count

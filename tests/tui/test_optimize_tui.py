@@ -136,7 +136,8 @@ async def test_a_real_optimize_of_the_example_committed_from_the_screen(tmp_path
         await pilot.press("escape")
         await wait_for(pilot, asked, 900, "the question before the commit")
         await pilot.pause()  # the question's screen drawn: on a loaded machine a frame can come later
-        assert "commit the 2 kernels into the model?" in text_of(app)
+        assert "commit the 2 kernels into the model?" in text_of(app), [(g.name, g.state, g.why) for g in
+                                                                         session.record.groups]
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.optimizing, 300, "the delivery")
         await pilot.pause()
