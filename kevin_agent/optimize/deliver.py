@@ -93,7 +93,10 @@ def combine_and_deliver(session, model_file: ModelFile, profile: ModelProfile,
         if not why and not result.outputs_match:
             why = f"the whole model's outputs differ with it: {result.mismatch}"
         if not why and result.slower and not session.config.accept_slower:
-            why = (f"the whole model is slower with {'them' if several else 'it'}, beyond the noise "
+            them = "them" if several else "it"
+            # Compiled, the verdict is one median with no interval to call it beyond the noise.
+            why = (f"under torch.compile the whole model is slower with {them} ({result.speedup:.2f}x)"
+                   if result.mode == "compile" else f"the whole model is slower with {them}, beyond the noise "
                    f"({speedup_words(result.speedup, result.speedup_interval)})")
         g.state, g.why = ("dropped", why) if why else ("kept", "")
         session.save(progress, g)

@@ -81,3 +81,30 @@ def test_a_combination_slower_beyond_the_noise_is_dropped_on_its_interval(tmp_pa
     assert f"{median:.2f}x [{low:.2f}, {high:.2f}]" in group.why
     assert record.status == "nothing" and record.measured is None and record.commit is None
     assert (repo / "layer_stack.py").read_bytes() == ORIGINAL
+
+
+def test_under_compile_a_slower_model_is_said_as_compiled_not_as_beyond_the_noise(tmp_path, work, monkeypatch):
+    """``--mode compile`` decides on the compiled model's speedup, one median with no interval: the
+    reason says so, where eager's says "beyond the noise" of its interval (the H200's LLaMA, both
+    kernels dropped at 0.99x compiled, read "beyond the noise (0.99x)")."""
+    from types import SimpleNamespace
+
+    from kevin_agent.config import EvalSettings
+    from kevin_agent.delivery.e2e import _result
+    from kevin_agent.model.jobs import E2ERun
+    from kevin_agent.results.records import KernelEffect
+
+    def compiled_measure(model_file, kernels, settings, **_):
+        effect = KernelEffect(kernel_file=str(kernels[0]), module="layers.*.norm x3",
+                              members=[f"layers.{i}.norm" for i in range(3)], module_speedup=2.0)
+        runs = [E2ERun(forward_ms=1.0, speedup=1.2, ratios=[1.2] * 9, compiled_speedup=0.99, compiled_ms=0.5,
+                       compiled_kernel_ms=0.505, eager_over_compiled=0.6, compiled_match=True, compiled_kernel_calls=3)]
+        return _result(SimpleNamespace(given=str(model_file.path)), EvalSettings(device="cpu", e2e_mode="compile"),
+                       None, [effect], [effect], runs, runs, rounds=1, wall_s=0.0)
+
+    monkeypatch.setattr(delivering, "measure", compiled_measure)
+    repo, record, _ = combined(tmp_path, kernel_module_source(work))
+    (group,) = record.groups
+    assert record.e2e.mode == "compile" and record.e2e.slower and record.e2e.speedup_interval is None
+    assert group.state == "dropped" and group.why == "under torch.compile the whole model is slower with it (0.99x)"
+    assert record.status == "nothing" and (repo / "layer_stack.py").read_bytes() == ORIGINAL
