@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+from .xdist_timing import (  # noqa: E402, F401  (a timing test runs alone)
+    pytest_configure_node, pytest_runtest_protocol, pytest_unconfigure)
 from .gpufixtures import add_task, gpu_builds, tricks_dir  # noqa: E402, F401  (shared by every GPU module)
 
 

@@ -35,7 +35,7 @@ def test_try_it_runs_a_command_the_cli_takes():
 
 def test_the_readme_says_how_long_the_demo_and_the_tests_take():
     assert re.search(r"about 4 minutes on 2 cores the first time .* about 40 s after that", README, re.S)
-    assert "about 50 minutes on 2 cores" in README
+    assert "about 35 minutes on 2 cores" in README
 
 
 def test_the_keys_the_readme_names_are_the_run_screens():

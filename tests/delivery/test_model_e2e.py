@@ -22,7 +22,7 @@ from kevin_agent.model.marks import read_envelope
 from ..clihelp import kevin
 from ..conftest import EXAMPLES, git_init
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 @pytest.fixture(scope="module")

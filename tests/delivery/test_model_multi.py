@@ -23,7 +23,7 @@ from kevin_agent.model.marks import extracted_from, read_envelope
 from ..clihelp import kevin
 from ..conftest import EXAMPLES, git_init
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 NORM, ACT = "layer_stack_layers_norm_kevin.py", "layer_stack_layers_act_kevin.py"
 

@@ -350,6 +350,7 @@ def optimized(request, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_optimize_commits_the_norm_of_a_hidden_transformers_model(optimized):
     name, repo, proc = optimized
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -395,6 +396,7 @@ def test_optimize_commits_the_norm_of_a_hidden_transformers_model(optimized):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_e2e_times_the_model_in_eager_and_compiled(optimized):
     name, repo, proc = optimized
     if name != "tiny_llama.py":

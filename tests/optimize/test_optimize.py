@@ -20,7 +20,7 @@ from ..clihelp import kevin
 from ..conftest import EXAMPLES, git_init
 from ..run.test_session import COUNTED_PLUGIN, serverproc
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 FILES = {"layer_stack.py", "layer_stack_layers_act_kevin.py", "layer_stack_layers_norm_kevin.py",
          "layer_stack_kevin_model_report.md", "layer_stack_kevin_model_report.json",

@@ -20,7 +20,7 @@ from kevin_agent.optimize import deliver as delivering
 from ..conftest import git_init
 from .kernels import ORIGINAL, kept_session, kernel_module_source
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 SPEEDUP = re.compile(r"(\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]")
 

@@ -113,6 +113,7 @@ async def test_a_signal_ends_it_resumably_with_the_headless_code(tmp_path, signu
 
 # --- one real optimize ------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_a_real_optimize_of_the_example_committed_from_the_screen(tmp_path):
     from kevin_agent.optimize import OptimizeSession
 
