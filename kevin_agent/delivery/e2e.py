@@ -83,7 +83,7 @@ def measure(model_file: ModelFile, kernels: Path | list[Path], settings: EvalSet
     jobs = [E2EKernel(path=str(k.resolve()), stem=k.stem, members=env.paths, build_dir=str(build_kernel(k, settings)))
             for k, env in zip(kernels, envs)]
     claims = [read_claim(k) for k in kernels]
-    shares = [_share(profile, env) for env in envs]
+    shares = [_members_share(profile, env.paths) if profile is not None else None for env in envs]
     effects = [KernelEffect(kernel_file=str(k), module=group_name(env.paths), members=env.paths, share=share,
                             module_speedup=claim.speedup if claim else None)
                for k, env, share, claim in zip(kernels, envs, shares, claims)]
@@ -114,10 +114,6 @@ def _share_that_runs(profile: ModelProfile | None, kept: list[KernelEffect]) -> 
         running = [p for p in effect.members if not any(p.startswith(q + ".") for q in outer)]
         if running != effect.members and (share := _members_share(profile, running)) is not None:
             effect.share = share
-
-
-def _share(profile: ModelProfile | None, env: InstallEnvelope) -> float | None:
-    return _members_share(profile, env.paths) if profile is not None else None
 
 
 def _members_share(profile: ModelProfile, paths: list[str]) -> float | None:

@@ -261,16 +261,15 @@ def _strategies(loaded: LoadedModel, module, calls: Calls):
 
     def by_export():
         names = fixed.names.get(fixed.ordered()[0].key) or []
-        # Sizes free where the profile saw several, or where the module takes a tuple of tensors (a
-        # transformers layer's position_embeddings: a layer models call at every sequence length), so
-        # that the family check can run the written graph at other sizes; fixed where export cannot.
-        tupled = any(isinstance(a, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in a) for a in first)
-        if tupled and len(shapes) == 1:
-            try:
-                return *graph_body(export_graph(module, first, dynamic=True, names=names), module), []
-            except NotCaptured:
-                pass
-        return *graph_body(export_graph(module, first, dynamic=len(shapes) > 1, names=names), module), []
+        # Sizes free, so that the written graph runs at the sizes a model calls it at (the family check
+        # tries them: a transformers layer at every sequence length); held at the one shape the profile
+        # saw where export cannot free them.
+        try:
+            return *graph_body(export_graph(module, first, dynamic=True, names=names), module), []
+        except NotCaptured:
+            if len(shapes) > 1:
+                raise
+        return *graph_body(export_graph(module, first, dynamic=False, names=names), module), []
 
     return [("source", by_source, calls), ("fx", by_fx, fixed), ("export", by_export, fixed)]
 
