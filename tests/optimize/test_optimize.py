@@ -45,8 +45,10 @@ def plugin_env(tmp: Path) -> dict[str, str]:
     return {"KEVIN_PLUGINS_DIR": str(plugins), "COUNTED_LOG": str(tmp / "counted.log")}
 
 
+# --accept-slower: what is committed does not rest on a busy machine's whole-model timing; the verdict
+# is asserted against the measured interval (tests/optimize/test_whole_model.py decides on it)
 ARGS = ("--device", "cpu", "--backend", "counted", "--responses", "responses", "--turns", "3", "--trajectories", "1",
-        "--headless")
+        "--headless", "--accept-slower")
 
 
 def head_files(repo: Path) -> set[str]:
@@ -105,10 +107,10 @@ def test_each_repeated_group_is_one_run_whose_kernel_runs_everywhere(whole):
         assert (g["kernel_calls"], g["fallback_calls"]) == (3, 0)  # the original forward ran 0 times
         low, high = g["confirmation"]["ci95"]
         assert low <= g["speedup"] <= high and g["signatures"] == ["float32[n0,256]"]  # admitted at any row count
-    # one whole-model speedup with its interval, the kernels kept on it (not slower beyond the noise);
-    # how far it lands from Amdahl's prediction depends on the machine's load, so only that it is given
+    # one whole-model speedup with its interval, slower only where the whole interval is below 1; how far
+    # it lands from Amdahl's prediction depends on the machine's load, so only that it is given
     low, high = record["measured_interval"]
-    assert low <= record["measured"] <= high and high >= 1.0 and record["predicted"]
+    assert low <= record["measured"] <= high and record["e2e"]["slower"] == (high < 1.0) and record["predicted"]
     assert f"whole model with the 2 kept kernels: {record['measured']:.2f}x [{low:.2f}, {high:.2f}]" in proc.stderr
     report = (repo / "layer_stack_kevin_model_report.md").read_text()
     assert "Amdahl's prediction" in report and all(f".kevin/runs/{r}" in report for r in runs)
