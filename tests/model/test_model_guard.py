@@ -210,3 +210,36 @@ def test_a_tuple_of_tensors_is_checked_item_by_item_and_reaches_the_kernel_compi
         torch.testing.assert_close(compiled(x, cos, sin), want)
     assert RotateKernel.calls == 1
     uninstall_kernel(model, "rotate")
+
+
+class Layer(nn.Module):
+    """A forward as transformers writes a layer's: the hidden states by position, the rest by name,
+    ``**kwargs`` for what it passes through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8))
+
+    def forward(self, x, mask=None, *extra, scale: float = 1.0, **kwargs):
+        return x * self.weight * scale
+
+
+def test_a_keyword_call_is_bound_as_inspect_binds_it_once_per_call_shape():
+    layer = Layer().eval()
+    guard = install_kernel(layer, "", Layer, [], signatures=["float32[4,8], None, 1.0, False"], device="cpu",
+                           training=False)
+    x, m = torch.randn(4, 8), torch.ones(4)
+    calls = [((x,), {}), ((x,), {"mask": m}), ((x, m, 3, 4), {"scale": 2.0}), ((), {"x": x, "use_cache": False}),
+             ((x,), {"use_cache": False, "mask": None, "cache": None}), ((x,), {"mask": m, "x": x})]
+    for _ in range(2):  # the second pass is put in order by the plans the first left
+        for args, kwargs in calls:
+            want = bound_arguments(guard.original, args, kwargs)
+            got = guard.bind(args, kwargs)
+            assert len(got) == len(want) and all(g is w for g, w in zip(got, want)), (args, kwargs)
+    assert len(guard._plans) == len(calls)
+    # the same shape with other values: the values of this call, not the first's
+    y = torch.randn(4, 8)
+    assert guard.bind((y,), {"mask": None})[:2] == [y, None]
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x, scale=1.0, use_cache=False), x * layer.weight)
+    assert guard.kernel_calls == 1

@@ -93,6 +93,24 @@ def bound_call(forward, args: tuple, kwargs: dict, signature: inspect.Signature 
     return names, values
 
 
+class _Slot:
+    """Where a call's argument came from (0: by position, 1: by name), standing in for it while
+    ``inspect`` binds a call of that shape."""
+
+    __slots__ = ("source", "where")
+
+    def __init__(self, source: int, where) -> None:
+        self.source, self.where = source, where
+
+
+def _binding_plan(forward, positional: int, names: list, signature: inspect.Signature | None) -> list:
+    """For each of ``bound_arguments``' values at a call of this shape: (0, index) an argument given
+    by position, (1, name) one given by name, (2, value) a default."""
+    values = bound_arguments(forward, tuple(_Slot(0, i) for i in range(positional)),
+                             {name: _Slot(1, name) for name in names}, signature)
+    return [(v.source, v.where) if isinstance(v, _Slot) else (2, v) for v in values]
+
+
 def call_signature(values) -> str:
     """The signature of a call whose arguments, bound in order, are ``values``."""
     return ", ".join(value_key(v) for v in values)
@@ -395,6 +413,7 @@ class KernelGuard:
         except (TypeError, ValueError):
             self._signature = None
         self._parameters = self._bind_parameters(self._signature)
+        self._plans: dict[tuple, list] = {}
         self._arity = len(self._parameters) if self._parameters is not None else -1
         self._wrapper = _Original(module, original)
 
@@ -412,7 +431,14 @@ class KernelGuard:
     def bind(self, args: tuple, kwargs: dict):
         """The call's arguments in ``forward``'s order, defaults filled in; None where they do not bind."""
         if self._parameters is None:
-            return bound_arguments(self.original, args, kwargs, self._signature)
+            # ``inspect`` binds a forward taking ``**kwargs`` (a transformers layer); what it does
+            # depends on the call's shape alone (how many by position, which names), so it runs once
+            # per shape, and each call is put in order by the plan it left
+            key = (len(args), *kwargs)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = _binding_plan(self.original, len(args), list(kwargs), self._signature)
+            return [args[where] if source == 0 else kwargs[where] if source == 1 else where for source, where in plan]
         if len(args) > len(self._parameters):
             return None
         values = list(args)
@@ -446,7 +472,7 @@ class KernelGuard:
                 return i
         return -1
 
-    _SHARED = ("source", "specs", "signatures", "op", "_signature", "_parameters")
+    _SHARED = ("source", "specs", "signatures", "op", "_signature", "_parameters", "_plans")
     """What a copy of the model shares with this guard (the rest is copied with the module)."""
 
     def __deepcopy__(self, memo):
