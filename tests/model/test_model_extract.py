@@ -272,3 +272,97 @@ def test_a_capture_that_computes_something_else_is_not_kept():
         "at float32[4096,512]: output differs (max abs difference")
     other_shape = task.source.replace("_draw((4096, 512),", "_draw((4096, 256),")
     assert "draws inputs of signature float32[4096,256]" in capture.validate(other_shape, act, "cpu", 0)[0]
+
+REGIONS_MODEL = '''
+import torch
+import torch.nn as nn
+from helpers import widened
+
+
+class Rotary(nn.Module):
+    """As transformers writes its rotary embedding: a no_grad forward, an autocast region switched
+    off around the float32 products. Its source needs helpers.py and fx stops at the autocast's
+    device, so export captures it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv = widened(self.inv_freq)[None, :, None].expand(position_ids.shape[0], -1, 1)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+
+class Lowered(nn.Module):
+    """An autocast region switched on: its dtypes are the region's, which a task file does not hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            return self.fc(widened(x)).float()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rotary = Rotary()
+        self.low = Lowered()
+
+    def forward(self, x):
+        cos, sin = self.rotary(x, torch.arange(x.shape[1]).unsqueeze(0))
+        return self.low(x * cos + x * sin)
+
+
+def get_model():
+    return Net().eval()
+
+
+def get_inputs():
+    return [torch.randn(1, 6, 8)]
+'''
+
+
+def test_no_grad_and_switched_off_autocast_regions_are_written_inline(tmp_path):
+    (tmp_path / "helpers.py").write_text("def widened(t):\n    return t.float()\n")
+    path = tmp_path / "regions.py"
+    path.write_text(textwrap.dedent(REGIONS_MODEL))
+    tasks = {t.module: t for t in extract_tasks(load_model_file(path), ["rotary", "low"], SETTINGS)}
+    rotary = tasks["rotary"]
+    assert rotary.source, rotary.error
+    assert extracted_from(rotary.source).capture == "export"
+    assert "wrap_with" not in rotary.source and "submod" not in rotary.source
+    check_reproduces(rotary.source, path, "rotary", tmp_path)
+    # a region under autocast that is on: said, and the other module extracted all the same
+    assert not tasks["low"].source
+    assert "torch.autocast('cpu', torch.bfloat16)" in tasks["low"].error, tasks["low"].error
+
+
+def test_a_capture_that_fails_in_kevin_opts_own_code_gives_way_to_the_next(monkeypatch):
+    """One way of capture raising in kevin-opt's own code (not a NotCaptured) neither ends the
+    worker nor the module's extraction: the next way captures it, and where none does, the module's
+    error says whose fault it was."""
+    from kevin_agent.model.worker import capture
+    from kevin_agent.model.worker.loading import load
+
+    loaded = load(SETTINGS, str(EXAMPLES / "mlp_block.py"))
+    calls = capture.record_module(loaded, ["act"])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a writer that meets a graph it does not know")
+
+    monkeypatch.setattr(capture, "source_capture", broken)
+    task = capture.capture(loaded, "act", ["act"], calls, "mlp_block.py", seed=0)
+    assert task.source and extracted_from(task.source).capture == "fx"
+    monkeypatch.setattr(capture, "fx_graph", broken)
+    monkeypatch.setattr(capture, "export_graph", broken)
+    task = capture.capture(loaded, "act", ["act"], calls, "mlp_block.py", seed=0)
+    assert not task.source
+    assert task.error.count("a fault of kevin-opt's") == 3 and "RuntimeError: a writer that meets" in task.error

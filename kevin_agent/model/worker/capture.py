@@ -354,6 +354,11 @@ def capture(loaded: LoadedModel, path: str, members: list[str], calls: dict[str,
         except NotCaptured as exc:
             tried.append(str(exc))
             continue
+        except Exception as exc:  # kevin-opt's own writer meeting a graph it does not know: this way fails, not the run
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            tried.append(f"kevin-opt's {capture_kind} capture failed on it ({type(exc).__name__}: "
+                         f"{lines[0][:200] if lines else ''}; a fault of kevin-opt's, please report it)")
+            continue
 
         def source(kept: list[str], left: dict[str, str]) -> str:
             both = merged([calls[m] for m in kept])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 import re
 
 import torch
@@ -124,6 +125,7 @@ def export_graph(module: torch.nn.Module, args: list, dynamic: bool, names: list
     if outputs:
         raise NotCaptured(f"its forward updates {outputs[0].target} in place (as a BatchNorm in training does)")
     gm = ep.graph_module
+    _inline_regions(gm)
     holder = torch.nn.Module()
     state = {**dict(called.named_parameters()), **dict(called.named_buffers())}
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
@@ -160,6 +162,49 @@ def export_graph(module: torch.nn.Module, args: list, dynamic: bool, names: list
     result.recompile()
     result.meta["inputs"] = (called.names, unpacking)
     return result
+
+
+_REGIONS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
+
+
+def _inline_regions(gm: torch.fx.GraphModule) -> None:
+    """Write ``torch.no_grad()`` and ``torch.autocast(enabled=False)`` regions inline. export holds each
+    as a call of a submodule of its own (transformers' rotary embedding has both), which a task file's
+    graph cannot hold; their bodies inline compute the same values (the grad mode changes no value, and
+    autocast switched off leaves every dtype as it is where the task runs). An autocast that is on
+    changes dtypes: not captured."""
+    regions = 0
+    while True:
+        node = next((n for n in gm.graph.nodes if n.op == "call_function"
+                     and getattr(n.target, "__name__", "") in _REGIONS), None)
+        if node is None:
+            return
+        if node.target.__name__ == "wrap_with_autocast":
+            if node.args[2]:
+                raise NotCaptured(f"its forward runs a region under torch.autocast({node.args[0]!r}, "
+                                  f"{node.args[1]}), which a task file does not hold")
+            holder, args = node.args[4], node.args[5:]
+        else:
+            holder, args = node.args[1], node.args[2:]
+        body = getattr(gm, holder.target)
+        inputs = [n for n in body.graph.nodes if n.op == "placeholder"]
+        if len(inputs) != len(args) or any(
+                u.op != "call_function" or u.target is not operator.getitem for u in node.users):
+            raise NotCaptured("its graph holds a region export wrote in a form the task file cannot write")
+        mapping = dict(zip(inputs, args))
+        with gm.graph.inserting_before(node):
+            for inner in [n for n in body.graph.nodes if n.op == "get_attr"]:  # a region inside this one
+                regions += 1
+                name = f"_region_{regions}"
+                gm.add_submodule(name, getattr(body, inner.target))
+                mapping[inner] = gm.graph.get_attr(name)
+            out = gm.graph.graph_copy(body.graph, mapping)
+        for user in list(node.users):
+            user.replace_all_uses_with(out[user.args[1]])
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+        if not holder.users:
+            gm.graph.erase_node(holder)
 
 
 def _attach(holder: torch.nn.Module, path: str, value: torch.Tensor) -> None:
