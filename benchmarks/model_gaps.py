@@ -43,10 +43,12 @@ def _load(name: str, path: Path):
     return module
 
 
-KINDS = (("gemm", ("gemm", "nvjet", "cutlass", "sm90_", "sm80_", "cublas")),
-         ("attention", ("flash", "fmha", "attention", "efficient")),
-         ("the kernels' own", ("add_rms_norm", "rotary_qk", "elementwise<", "row_norm", "rms_norm_kernel")),
-         ("Inductor's", ("triton_",)))
+# attention first: cuDNN's flash kernel's name holds "sm90_" too
+KINDS = (("attention", ("flash", "fmha", "sdpa", "efficient_attention")),
+         ("gemm", ("gemm", "nvjet", "cutlass", "sm90_", "sm80_", "cublas")),
+         ("Inductor's", ("triton_",)),
+         ("the kernels' own", ("add_rms_norm", "rotary_qk", "rotary_tables", "elementwise<", "row_norm",
+                               "rms_norm")))
 
 
 def kind(name: str) -> str:
