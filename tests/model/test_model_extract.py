@@ -276,12 +276,12 @@ def test_a_capture_that_computes_something_else_is_not_kept():
 REGIONS_MODEL = '''
 import torch
 import torch.nn as nn
-from helpers import widened
+from region_helpers import widened
 
 
 class Rotary(nn.Module):
     """As transformers writes its rotary embedding: a no_grad forward, an autocast region switched
-    off around the float32 products. Its source needs helpers.py and fx stops at the autocast's
+    off around the float32 products. Its source needs region_helpers.py and fx stops at the autocast's
     device, so export captures it."""
 
     def __init__(self):
@@ -331,7 +331,7 @@ def get_inputs():
 
 
 def test_no_grad_and_switched_off_autocast_regions_are_written_inline(tmp_path):
-    (tmp_path / "helpers.py").write_text("def widened(t):\n    return t.float()\n")
+    (tmp_path / "region_helpers.py").write_text("def widened(t):\n    return t.float()\n")
     path = tmp_path / "regions.py"
     path.write_text(textwrap.dedent(REGIONS_MODEL))
     tasks = {t.module: t for t in extract_tasks(load_model_file(path), ["rotary", "low"], SETTINGS)}
