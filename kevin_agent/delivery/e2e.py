@@ -89,24 +89,21 @@ def measure(model_file: ModelFile, kernels: Path | list[Path], settings: EvalSet
                             module_speedup=claim.speedup if claim else None)
                for k, env, share, claim in zip(kernels, envs, shares, claims)]
     kept = list(range(len(kernels)))
-    suspect, before, measurements = None, 0.0, 0
+    earlier: dict[int, float] = {}  # the kernel the last measurement found the model faster without: its reading
+    measurements = 0
     while True:
         base, with_kernels = _rounds(model_file, [jobs[i] for i in kept], settings, rounds,
                                      timeout_s or settings.run_timeout_s)
         measurements += 1
         _record(effects, kept, with_kernels)
-        drop, on_speed = _to_drop(effects, kept, with_kernels) if len(kept) > 1 else ({}, False)
-        if on_speed:
-            (worst,) = drop
-            # One measurement does not drop a kernel its own task verified faster: a whole model's few
-            # rounds move with the machine (another run, a test suite's other process), so the verdict
-            # is asked of a second measurement in fresh workers first, and taken where both give it.
-            if worst != suspect and measurements <= 2 * len(kernels):
-                suspect, before = worst, effects[worst].contribution
-                continue
-            if worst == suspect:
-                drop[worst] = drop[worst].removesuffix(")") + f"; {before:.2f}x in the measurement before)"
-        suspect = None
+        drop, on_speed = _to_drop(effects, kept, with_kernels, earlier) if len(kept) > 1 else ({}, False)
+        # One measurement does not drop a kernel its own task verified faster: a whole model's few
+        # rounds move with the machine (another run, a test suite's other process), so the verdict is
+        # asked of a second measurement in fresh workers first, and taken where both give it.
+        if on_speed and not drop.keys() & earlier.keys() and measurements <= 2 * len(kernels):
+            earlier = {i: effects[i].contribution for i in drop}
+            continue
+        earlier = {}
         for i, why in drop.items():
             effects[i].dropped = why
         if not drop or len(drop) == len(kept):
@@ -171,11 +168,12 @@ def _record(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) ->
         effect.contribution_interval = list(median_interval(pooled)) if pooled else None
 
 
-def _to_drop(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) -> tuple[dict[int, str], bool]:
+def _to_drop(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun],
+             earlier: dict[int, float]) -> tuple[dict[int, str], bool]:
     """The kept kernels to leave out, and why: those whose presence alone changes the outputs; where
     only all of them together do, one without which they match; else, of those without which the
     model is faster beyond the noise, the one it is the most faster without (and True: a drop on
-    speed alone)."""
+    speed alone; ``earlier``: the reading the measurement before gave it, where it found the same)."""
     drop = {i: f"the model's outputs differ with it alone: {effects[i].mismatch}"
             for i in kept if not effects[i].outputs_match}
     if not drop and any(not r.outputs_match for r in runs):
@@ -190,7 +188,8 @@ def _to_drop(effects: list[KernelEffect], kept: list[int], runs: list[E2ERun]) -
     if not drop and slower:
         # The worst alone: beside a kernel that slows everything, another's gain is hard to see.
         worst = min(slower, key=lambda i: effects[i].contribution)
-        drop[worst] = f"the whole model is faster without it ({effects[worst].contribution:.2f}x with it)"
+        before = f"; {earlier[worst]:.2f}x in the measurement before" if worst in earlier else ""
+        drop[worst] = f"the whole model is faster without it ({effects[worst].contribution:.2f}x with it{before})"
         return drop, True
     return drop, False
 

@@ -31,7 +31,7 @@ from ..groups import in_model_order, merged_signatures
 from ..jobs import CapturedTask
 from ..records import ExtractedTask, SignatureCount, SignatureUse
 from . import outputs, taskfile
-from .graph import export_graph, fx_graph, graph_body
+from .graph import export_graph, fx_graph, graph_body, stopped_at
 from .guard import bound_call, call_signature
 from .loading import LoadedModel, forward
 from .profiling import arg_spec, output_bytes
@@ -355,9 +355,8 @@ def capture(loaded: LoadedModel, path: str, members: list[str], calls: dict[str,
             tried.append(str(exc))
             continue
         except Exception as exc:  # kevin-opt's own writer meeting a graph it does not know: this way fails, not the run
-            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-            tried.append(f"kevin-opt's {capture_kind} capture failed on it ({type(exc).__name__}: "
-                         f"{lines[0][:200] if lines else ''}; a fault of kevin-opt's, please report it)")
+            tried.append(f"kevin-opt's {capture_kind} capture failed on it ({stopped_at(exc)}; a fault of "
+                         "kevin-opt's, please report it)")
             continue
 
         def source(kept: list[str], left: dict[str, str]) -> str:

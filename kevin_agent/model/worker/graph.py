@@ -30,8 +30,8 @@ class _ThroughEverything(torch.fx.Tracer):
         return False
 
 
-def _construct(exc: BaseException) -> str:
-    """The user line and the reason a trace stopped."""
+def stopped_at(exc: BaseException) -> str:
+    """The last line outside torch where a trace (or kevin-opt's own code) stopped, and why."""
     frames = [f for f in inspect.getinnerframes(exc.__traceback__) if "/torch/" not in f.filename]
     where = ""
     if frames:
@@ -46,7 +46,7 @@ def fx_graph(module: torch.nn.Module, concrete: dict) -> torch.fx.GraphModule:
     try:
         graph = _ThroughEverything().trace(module, concrete_args=concrete or None)
     except Exception as exc:
-        raise NotCaptured(f"torch.fx cannot trace it: {_construct(exc)}") from None
+        raise NotCaptured(f"torch.fx cannot trace it: {stopped_at(exc)}") from None
     gm = torch.fx.GraphModule(module, graph)
     gm.graph.eliminate_dead_code()
     gm.recompile()
@@ -119,7 +119,7 @@ def export_graph(module: torch.nn.Module, args: list, dynamic: bool, names: list
         shapes = tuple(tree_map(free, a) if isinstance(a, (list, tuple)) else free(a) for a in args)
         ep = export(called, tuple(args), strict=False, dynamic_shapes=shapes if dynamic else None)
     except Exception as exc:
-        raise NotCaptured(f"torch.export cannot capture it: {_construct(exc)}") from None
+        raise NotCaptured(f"torch.export cannot capture it: {stopped_at(exc)}") from None
     sig = ep.graph_signature
     outputs = [o for o in sig.output_specs if o.kind.name != "USER_OUTPUT"]
     if outputs:

@@ -412,46 +412,31 @@ class KernelGuard:
             self._signature = inspect.signature(original)
         except (TypeError, ValueError):
             self._signature = None
-        self._parameters = self._bind_parameters(self._signature)
+        self._arity = self._positional_arity(self._signature)
         self._plans: dict[tuple, list] = {}
-        self._arity = len(self._parameters) if self._parameters is not None else -1
         self._wrapper = _Original(module, original)
 
     @staticmethod
-    def _bind_parameters(signature):
-        """(name, default) per parameter of ``original``, or None where it takes ``*args``,
-        ``**kwargs`` or keyword-only ones (such a call is bound by ``inspect``)."""
+    def _positional_arity(signature) -> int:
+        """How many arguments a call gives where it gives every one by position and is bound as it
+        comes; -1 where the forward takes ``*args``, ``**kwargs`` or keyword-only ones."""
         if signature is None:
-            return None
+            return -1
         params = signature.parameters.values()
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
-            return None
-        return [(p.name, p.default) for p in params]
+            return -1
+        return len(signature.parameters)
 
-    def bind(self, args: tuple, kwargs: dict):
-        """The call's arguments in ``forward``'s order, defaults filled in; None where they do not bind."""
-        if self._parameters is None:
-            # ``inspect`` binds a forward taking ``**kwargs`` (a transformers layer); what it does
-            # depends on the call's shape alone (how many by position, which names), so it runs once
-            # per shape, and each call is put in order by the plan it left
-            key = (len(args), *kwargs)
-            plan = self._plans.get(key)
-            if plan is None:
-                plan = self._plans[key] = _binding_plan(self.original, len(args), list(kwargs), self._signature)
-            return [args[where] if source == 0 else kwargs[where] if source == 1 else where for source, where in plan]
-        if len(args) > len(self._parameters):
-            return None
-        values = list(args)
-        used = 0
-        for name, default in self._parameters[len(args):]:
-            if name in kwargs:
-                values.append(kwargs[name])
-                used += 1
-            elif default is inspect.Parameter.empty:
-                return None
-            else:
-                values.append(default)
-        return values if used == len(kwargs) else None
+    def bind(self, args: tuple, kwargs: dict) -> list:
+        """The call's arguments in ``forward``'s order, defaults filled in, as ``bound_arguments``
+        gives them (and as the extraction recorded them). What ``inspect`` does depends on the call's
+        shape alone (how many by position, which names), so it binds once per shape, and each call is
+        put in order by the plan it left."""
+        key = (len(args), *kwargs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _binding_plan(self.original, len(args), list(kwargs), self._signature)
+        return [args[where] if source == 0 else kwargs[where] if source == 1 else where for source, where in plan]
 
     def admitted(self, values: list, compiling: bool = False) -> int:
         """The verified signature this call is at (its index), or -1: the original forward serves it."""
@@ -472,7 +457,7 @@ class KernelGuard:
                 return i
         return -1
 
-    _SHARED = ("source", "specs", "signatures", "op", "_signature", "_parameters", "_plans")
+    _SHARED = ("source", "specs", "signatures", "op", "_signature", "_arity", "_plans")
     """What a copy of the model shares with this guard (the rest is copied with the module)."""
 
     def __deepcopy__(self, memo):
@@ -495,7 +480,7 @@ class KernelGuard:
         if self.enabled and not self.broken:
             # the common call, every argument given by position, binds without a loop
             values = list(args) if not kwargs and len(args) == self._arity else self.bind(args, kwargs)
-            spec = self.admitted(values, compiling) if values is not None else -1
+            spec = self.admitted(values, compiling)
             if spec >= 0:
                 if compiling:
                     if self.specs[spec].items is not None:
